@@ -1,0 +1,1 @@
+"""Command-line interface: thin Typer apps over the public library functions."""

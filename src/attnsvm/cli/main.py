@@ -1,0 +1,22 @@
+"""The ``attnsvm`` command: one Typer app per command group, each a few lines over the library."""
+
+import typer
+
+from attnsvm.cli import theory
+
+app = typer.Typer(
+    name="attnsvm",
+    help="Attention as a token-selecting SVM: theory lab, sequential recommenders, and the lens.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(theory.app, name="theory")
+
+
+@app.callback()
+def _root() -> None:
+    """attnsvm command-line tool."""
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,1 @@
+"""The lens: the Att-SVM theory applied to a trained recommender's attention."""

@@ -1,0 +1,1 @@
+"""Transformer sequential recommenders: data, models, training and full-ranking evaluation."""
