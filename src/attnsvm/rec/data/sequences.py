@@ -81,3 +81,29 @@ class Sequences:
         from_end = np.repeat(lengths, lengths) - 1 - from_end
         out[row_idx, max_len - 1 - from_end] = self.items[np.repeat(ends, lengths) - 1 - from_end]
         return out
+
+
+@dataclass(frozen=True)
+class EvalTask:
+    """One evaluation stage (validation or test) as produced by a split.
+
+    Row ``r`` describes user ``users[r]``: the model reads ``history.row(r)`` (everything the
+    user did before the held-out events), the relevant items are ``targets.row(r)`` (exactly one
+    under leave-one-out), and ``exclude.row(r)`` are the items removed from the ranking (by
+    default the items already seen in ``history``). The split computes ``exclude`` once; the
+    evaluation layer never recomputes it.
+    """
+
+    users: np.ndarray
+    history: Sequences
+    targets: Sequences
+    exclude: Sequences
+
+    def __post_init__(self) -> None:
+        rows = len(self.users)
+        for name in ("history", "targets", "exclude"):
+            if len(getattr(self, name)) != rows:
+                raise ValueError(f"EvalTask.{name} has {len(getattr(self, name))} rows, not {rows}")
+
+    def __len__(self) -> int:
+        return len(self.users)
