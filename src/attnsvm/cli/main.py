@@ -2,7 +2,8 @@
 
 import typer
 
-from attnsvm.cli import theory
+from attnsvm.cli import data, theory
+from attnsvm.cli import train as train_commands
 
 app = typer.Typer(
     name="attnsvm",
@@ -11,6 +12,8 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(theory.app, name="theory")
+app.add_typer(data.app, name="data")
+train_commands.register(app)
 
 
 @app.callback()

@@ -1,0 +1,152 @@
+"""``attnsvm train | evaluate | recommend | compare | models``: thin commands over attnsvm.rec.
+
+Every expected failure (unknown model or config key, bad data, diverged loss, missing run
+directory) prints one line ``error: …`` to stderr and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from attnsvm.rec.config import ConfigError, ModelChoice, RunConfig, apply_overrides, load_config
+from attnsvm.rec.data.errors import DataFormatError
+from attnsvm.rec.train.checkpoint import RunDirError
+from attnsvm.rec.train.objectives import NoTrainingData
+from attnsvm.rec.train.trainer import TrainingError
+
+EXPECTED = (ConfigError, DataFormatError, RunDirError, NoTrainingData, TrainingError, ValueError,
+            KeyError, OSError)
+out = Console()
+
+
+def _clean_errors(command):
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except EXPECTED as error:
+            message = error.args[0] if isinstance(error, KeyError) and error.args else error
+            typer.echo(f"error: {message}", err=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def _metrics_table(title: str, metrics: dict[str, float]) -> Table:
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in metrics.items():
+        table.add_row(name, f"{value:.4f}")
+    return table
+
+
+@_clean_errors
+def train_command(
+    model: Annotated[str | None, typer.Option(help="model or preset (see `attnsvm models`)")] = None,
+    data: Annotated[str | None, typer.Option(help="dataset name or interactions file")] = None,
+    config: Annotated[Path | None, typer.Option(help="run config, .toml or .json")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="key=value, e.g. train.lr=3e-4")]
+    = None,
+    root: Annotated[str | None, typer.Option(help="folder of raw datasets (../shared/data)")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="run directory to create")] = None,
+    resume: Annotated[Path | None, typer.Option(help="continue this interrupted run")] = None,
+    progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+) -> None:
+    """Train a model; the run directory holds config, best checkpoint, log and metrics."""
+    from attnsvm.rec.train.trainer import train
+
+    if resume is not None:
+        if any(v is not None for v in (model, data, config, set_, root, out_dir)):
+            raise ConfigError("--resume continues a run with its saved config; give no other options")
+        result = train(RunConfig(), resume, resume=True, show_progress=progress)
+    else:
+        run_config = load_config(config) if config is not None else RunConfig()
+        if model is not None:
+            run_config = dataclasses.replace(
+                run_config, model=ModelChoice(model, run_config.model.overrides)
+            )
+        if data is not None or root is not None:
+            run_config = dataclasses.replace(run_config, data=dataclasses.replace(
+                run_config.data,
+                dataset=data if data is not None else run_config.data.dataset,
+                root=root if root is not None else run_config.data.root,
+            ))
+        run_config = apply_overrides(run_config, set_ or [])
+        result = train(run_config, out_dir, show_progress=progress)
+    out.print(_metrics_table(f"test metrics (best epoch {result.best_epoch})", result.test))
+    out.print(f"run directory: {result.run_dir}")
+
+
+@_clean_errors
+def evaluate_command(
+    run_dir: Annotated[Path, typer.Argument(help="a finished run directory")],
+    split: Annotated[str, typer.Option(help="test | valid")] = "test",
+) -> None:
+    """Full-ranking metrics of a run's best checkpoint."""
+    from attnsvm.rec.train.runs import evaluate_run
+
+    result = evaluate_run(run_dir, split)
+    out.print(_metrics_table(f"{split}: {result.protocol}", result.metrics))
+
+
+@_clean_errors
+def recommend_command(
+    run_dir: Annotated[Path, typer.Argument(help="a finished run directory")],
+    user: Annotated[str | None, typer.Option(help="external user id")] = None,
+    history: Annotated[str | None, typer.Option(help='external item ids, "i1 i2 i3"')] = None,
+    k: Annotated[int, typer.Option("-k", help="how many items")] = 10,
+) -> None:
+    """Top-k next items (external ids) for a user or a given history."""
+    from attnsvm.rec.train.runs import recommend
+
+    items = recommend(run_dir, user=user, history=history.split() if history else None, k=k)
+    out.print(" ".join(map(str, items)))
+
+
+@_clean_errors
+def compare_command(
+    run_a: Annotated[Path, typer.Argument(help="first finished run")],
+    run_b: Annotated[Path, typer.Argument(help="second finished run")],
+    metric: Annotated[str, typer.Option(help="per-user metric")] = "NDCG@10",
+) -> None:
+    """Paired t-test, Wilcoxon test and effect size between two runs' test metrics."""
+    from attnsvm.rec.eval import EvalResult, compare_results
+    from attnsvm.rec.train.checkpoint import finished_run
+
+    results = [EvalResult.load(finished_run(path) / "test_eval.json") for path in (run_a, run_b)]
+    report = compare_results(*results, metric)
+    table = Table(title=f"{metric}: {run_a} (a) vs {run_b} (b)")
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    for name, value in report.items():
+        table.add_row(name, f"{value:.4g}" if isinstance(value, float) else str(value))
+    out.print(table)
+
+
+def models_command() -> None:
+    """List the registered models and presets."""
+    from attnsvm.rec.models import catalogue
+
+    table = Table(title="models")
+    table.add_column("name")
+    table.add_column("description")
+    for name, description in catalogue():
+        table.add_row(name, description)
+    out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the commands at the root of ``app``."""
+    app.command("train")(train_command)
+    app.command("evaluate")(evaluate_command)
+    app.command("recommend")(recommend_command)
+    app.command("compare")(compare_command)
+    app.command("models")(models_command)

@@ -1,0 +1,379 @@
+"""The typed configuration of one training run, saved as JSON or TOML and round-tripped exactly.
+
+A run is ``RunConfig(model, data, loss, train, eval)``:
+
+- ``model``: a registered model or preset name plus config overrides (``ModelChoice``); in a
+  file it is the table ``[model]`` with ``name = "sasrec+"`` and the overrides beside it.
+- ``data``: dataset name (or path), split protocol, window length (``DataConfig``).
+- ``loss``: ``attnsvm.rec.models.LossConfig``; ``None`` means the preset's own loss.
+- ``train`` / ``eval``: optimiser, schedule, stopping, precision; metrics and protocol.
+
+``apply_overrides(config, ["train.lr=3e-4", "model.hidden_size=128"])`` sets dotted keys,
+coercing each string to the field's type. Unknown keys fail with the key's name and the
+closest valid one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import os
+import tempfile
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnsvm.rec.models import MODELS, LossConfig, resolve
+from attnsvm.rec.models.registry import PRESETS
+
+SPLITS = ("leave-one-out",)
+OPTIMIZERS = ("adamw",)  # the optimiser zoo adds "sam" here and in train/trainer.py OPTIMIZERS
+
+
+class ConfigError(ValueError):
+    """A bad configuration: names the key (and the file, when it came from one)."""
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    name: str = "sasrec+"
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    dataset: str = "synthetic"  # a registered dataset name, or a path to an interactions file
+    root: str | None = None  # folder of raw files (e.g. ../shared/data); None: prepared cache
+    split: str = "leave-one-out"
+    max_len: int | None = None  # window length; None: the model's own max_len
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 200
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.98)
+    warmup_steps: int = 0  # linear warm-up from 0 to lr, then constant
+    grad_clip: float | None = 1.0  # max global gradient norm; None: no clipping
+    patience: int = 10  # epochs without a better validation metric before stopping
+    seed: int = 0
+    bf16: bool = False  # bfloat16 autocast for forward passes
+    compile: bool = False  # torch.compile the model for training
+    optimizer: str = "adamw"
+    steps_per_epoch: int | None = None  # cap on batches per epoch (gSASRec style); None: all
+    num_threads: int | None = None  # torch intra-op threads; None: torch's default
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    ks: tuple[int, ...] = (1, 5, 10, 20)
+    batch_size: int = 512
+    exclude_seen: bool = True
+    valid_metric: str = "NDCG@10"  # early stopping and best-checkpoint selection
+    valid_users: int | None = None  # a fixed random subset of validation users; None: all
+    sampled_negatives: int | None = None  # also report sampled metrics with this many negatives
+    sampled_sampler: str = "uniform"  # "uniform" | "popularity"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelChoice = field(default_factory=ModelChoice)
+    data: DataConfig = field(default_factory=DataConfig)
+    loss: LossConfig | None = None
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": {"name": self.model.name, **self.model.overrides}}
+        for name in ("data", "loss", "train", "eval"):
+            section = getattr(self, name)
+            if section is not None:
+                out[name] = {
+                    f.name: _plain(getattr(section, f.name)) for f in dataclasses.fields(section)
+                }
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> RunConfig:
+        _check_keys(data, [f.name for f in dataclasses.fields(cls)], source)
+        model_table = dict(data.get("model", {}))
+        if not isinstance(model_table, dict):
+            raise ConfigError(f"{source}: 'model' must be a table with a 'name' key")
+        name = model_table.pop("name", ModelChoice.name)
+        _check_model_name(name, source)
+        hints = _model_hints(name)
+        _check_keys(model_table, list(hints), f"{source}: model", prefix="model.")
+        overrides = {k: _coerce(v, hints[k], f"model.{k}", source) for k, v in model_table.items()}
+        sections: dict[str, Any] = {}
+        for key, section_class in (
+            ("data", DataConfig),
+            ("loss", LossConfig),
+            ("train", TrainConfig),
+            ("eval", EvalConfig),
+        ):
+            if key in data:
+                sections[key] = _section(section_class, data[key], key, source)
+        config = cls(model=ModelChoice(name, overrides), **sections)
+        validate(config, source)
+        return config
+
+    def resolved_loss(self) -> LossConfig:
+        """The loss that trains this run: the explicit one, else the preset's."""
+        return self.loss if self.loss is not None else resolve(self.model.name)[2]
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _model_hints(name: str) -> dict[str, Any]:
+    model_name = PRESETS[name].model if name in PRESETS else name
+    return typing.get_type_hints(MODELS[model_name].config_class)
+
+
+def _check_model_name(name: Any, source: str) -> None:
+    known = sorted(set(MODELS) | set(PRESETS))
+    if name not in known:
+        raise ConfigError(f"{source}: unknown model {name!r}{_suggest(str(name), known)}")
+
+
+def _suggest(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{hint} (valid: {', '.join(known)})"
+
+
+def _check_keys(data: dict[str, Any], known: list[str], where: str, prefix: str = "") -> None:
+    for key in data:
+        if key not in known:
+            suggestions = [prefix + k for k in known]
+            raise ConfigError(
+                f"{where}: unknown key {prefix + key!r}{_suggest(prefix + key, suggestions)}"
+            )
+
+
+def _section(section_class: type, data: Any, key: str, source: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: {key!r} must be a table of settings")
+    hints = typing.get_type_hints(section_class)
+    names = [f.name for f in dataclasses.fields(section_class)]
+    _check_keys(data, names, source, prefix=f"{key}.")
+    values = {k: _coerce(v, hints[k], f"{key}.{k}", source) for k, v in data.items()}
+    try:
+        return section_class(**values)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{source}: {key}: {error}") from None
+
+
+def _coerce(value: Any, hint: Any, key: str, source: str) -> Any:
+    """``value`` (a parsed TOML/JSON value or a ``--set`` string) as the type ``hint``."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in options:
+                return None
+        errors = []
+        for option in (o for o in options if o is not type(None)):
+            try:
+                return _coerce(value, option, key, source)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(errors[0] if errors else f"{source}: {key} cannot be None")
+    if origin is tuple:
+        items = value
+        if isinstance(value, str):
+            text = value.strip().strip("[]()")
+            items = [part.strip() for part in text.split(",") if part.strip()]
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{source}: {key} must be a list, got {value!r}")
+        args = typing.get_args(hint)
+        item_types = [args[0]] * len(items) if args[-1] is Ellipsis else list(args)
+        if len(item_types) != len(items):
+            raise ConfigError(f"{source}: {key} needs {len(item_types)} values, got {value!r}")
+        return tuple(_coerce(v, t, key, source) for v, t in zip(items, item_types, strict=True))
+    return _scalar(value, hint, key, source)
+
+
+def _scalar(value: Any, hint: Any, key: str, source: str) -> Any:
+    bad = ConfigError(f"{source}: {key} must be {getattr(hint, '__name__', hint)}, got {value!r}")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise bad
+    if hint is int:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:
+                raise bad from None
+        raise bad
+    if hint is float:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                raise bad from None
+            if math.isfinite(number):
+                return number
+        raise bad
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise bad
+    raise ConfigError(f"{source}: {key} has an unsupported type {hint}")
+
+
+def validate(config: RunConfig, source: str = "config") -> None:
+    """Cross-field checks the dataclasses cannot make on their own."""
+    train, eval_ = config.train, config.eval
+    if config.data.split not in SPLITS:
+        raise ConfigError(f"{source}: data.split must be one of {SPLITS}")
+    if config.data.max_len is not None and config.data.max_len < 1:
+        raise ConfigError(f"{source}: data.max_len must be ≥ 1")
+    if "max_len" in config.model.overrides:
+        raise ConfigError(f"{source}: set the window length as data.max_len, not model.max_len")
+    if train.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"{source}: train.optimizer must be one of {OPTIMIZERS}")
+    for name in ("epochs", "batch_size", "patience"):
+        if getattr(train, name) < 1:
+            raise ConfigError(f"{source}: train.{name} must be ≥ 1")
+    if train.lr <= 0 or train.weight_decay < 0 or train.warmup_steps < 0:
+        raise ConfigError(f"{source}: train.lr must be > 0, weight_decay and warmup_steps ≥ 0")
+    if train.grad_clip is not None and train.grad_clip <= 0:
+        raise ConfigError(f"{source}: train.grad_clip must be > 0 or none")
+    if not eval_.ks or min(eval_.ks) < 1 or eval_.batch_size < 1:
+        raise ConfigError(f"{source}: eval.ks must be positive cut-offs, eval.batch_size ≥ 1")
+    metric, _, cutoff = eval_.valid_metric.partition("@")
+    if metric not in ("HR", "NDCG", "MRR", "Recall") or not cutoff.isdigit():
+        raise ConfigError(f"{source}: eval.valid_metric must look like 'NDCG@10'")
+    if int(cutoff) not in eval_.ks:
+        raise ConfigError(f"{source}: eval.valid_metric cut-off {cutoff} is not in eval.ks")
+    if eval_.sampled_sampler not in ("uniform", "popularity"):
+        raise ConfigError(f"{source}: eval.sampled_sampler must be 'uniform' or 'popularity'")
+    try:
+        resolve(config.model.name, **config.model.overrides)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{source}: model: {error}") from None
+
+
+def apply_overrides(config: RunConfig, assignments: list[str]) -> RunConfig:
+    """``config`` with each ``"section.key=value"`` set (``model=NAME`` picks the model)."""
+    data = config.to_dict()
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. train.lr=3e-4")
+        if key == "model":
+            data["model"] = {"name": value.strip()}
+            continue
+        section, _, name = key.partition(".")
+        sections = ["model", "data", "loss", "train", "eval"]
+        if section not in sections or not name:
+            raise ConfigError(
+                f"--set: unknown key {key!r}{_suggest(key, [s + '.' for s in sections])}"
+            )
+        if section == "loss" and "loss" not in data:
+            data["loss"] = config.resolved_loss().to_dict()
+            data["loss"] = {k: _plain(v) for k, v in data["loss"].items()}
+        data.setdefault(section, {})[name] = value
+    return RunConfig.from_dict(data, source="command line")
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """A ``RunConfig`` from a ``.toml`` or ``.json`` file; errors name the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read config ({error.strerror})") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{path}: not valid {path.suffix.lstrip('.') or 'JSON'}: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a table of sections")
+    return RunConfig.from_dict(data, source=str(path))
+
+
+def save_config(config: RunConfig, path: str | Path) -> None:
+    """Write ``config`` as TOML (``.toml``) or JSON (anything else), atomically."""
+    path = Path(path)
+    data = config.to_dict()
+    text = to_toml(data) if path.suffix == ".toml" else json.dumps(data, indent=2) + "\n"
+    atomic_write_text(path, text)
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    """Our config tables as TOML; a ``None`` is left out, so it must be the field's default."""
+    lines: list[str] = []
+    for table, values in data.items():
+        defaults = _defaults(table, values)
+        lines.append(f"[{table}]")
+        for key, value in values.items():
+            if value is None:
+                if defaults.get(key, None) is not None:
+                    raise ConfigError(
+                        f"{table}.{key} = None cannot be written to TOML (it would read back as "
+                        f"{defaults[key]!r}); save the config as JSON"
+                    )
+                continue
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _defaults(table: str, values: dict[str, Any]) -> dict[str, Any]:
+    classes = {"data": DataConfig, "loss": LossConfig, "train": TrainConfig, "eval": EvalConfig}
+    if table == "model":
+        model_name = values["name"]
+        model_name = PRESETS[model_name].model if model_name in PRESETS else model_name
+        config_class = MODELS[model_name].config_class
+    else:
+        config_class = classes[table]
+    return {
+        f.name: f.default
+        for f in dataclasses.fields(config_class)
+        if f.default is not dataclasses.MISSING
+    }
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return json.dumps(value)  # JSON numbers and strings are valid TOML
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ConfigError(f"cannot write {value!r} to TOML")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary file in the same directory and rename, so readers never see half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,18 @@
+"""The one error type of the data layer: what went wrong, in which file, on which line."""
+
+from __future__ import annotations
+
+
+class DataFormatError(ValueError):
+    """Bad input data. ``path`` names the file (or archive member); ``line`` is 1-based or None."""
+
+    def __init__(self, path: object, message: str, line: int | None = None) -> None:
+        self.path = str(path)
+        self.line = line
+        self.message = message
+        where = self.path if line is None else f"{self.path}:{line}"
+        super().__init__(f"{where}: {message}")
+
+
+class ChecksumError(DataFormatError):
+    """A downloaded or local file whose digest differs from the registered one."""

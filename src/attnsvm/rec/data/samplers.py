@@ -1,0 +1,84 @@
+"""Negative samplers. None ever returns the padding id 0; with ``exclude_positive`` none
+returns the positive it is drawn for. Each is deterministic given its seed.
+
+* ``UniformSampler``: uniform over ``1..num_items`` (exclusion is exact, without rejection:
+  draw from ``num_items - 1`` ids and skip over the positive).
+* ``PopularitySampler``: proportional to ``count ** alpha`` (inverse-CDF draws; exclusion by
+  redrawing the collisions, which samples exactly from the distribution conditioned on
+  "not the positive").
+* ``in_batch_sampler``: the batch's own non-padding positives, each occurrence equally likely
+  (the sampled-softmax "in-batch" distribution).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def _as_numpy(positives: np.ndarray | torch.Tensor) -> np.ndarray:
+    if isinstance(positives, torch.Tensor):
+        return positives.detach().cpu().numpy().astype(np.int64, copy=False)
+    return np.asarray(positives, dtype=np.int64)
+
+
+class UniformSampler:
+    def __init__(self, num_items: int, seed: int = 0) -> None:
+        if num_items < 2:
+            raise ValueError("uniform sampling needs at least 2 items")
+        self.num_items = num_items
+        self.rng = np.random.default_rng(seed)
+
+    def sample(self, positives: np.ndarray | torch.Tensor, num_negatives: int = 1,
+               exclude_positive: bool = True) -> torch.Tensor:
+        """``positives.shape + (num_negatives,)`` negatives; padding positives exclude nothing."""
+        pos = _as_numpy(positives)[..., None]
+        shape = (*pos.shape[:-1], num_negatives)
+        if not exclude_positive:
+            return torch.from_numpy(self.rng.integers(1, self.num_items + 1, size=shape))
+        real = pos > 0
+        draw = self.rng.integers(1, np.where(real, self.num_items, self.num_items + 1), size=shape)
+        return torch.from_numpy(draw + (real & (draw >= pos)))
+
+
+class PopularitySampler:
+    def __init__(self, counts: np.ndarray, alpha: float = 1.0, seed: int = 0) -> None:
+        """``counts[i]`` for item ids ``0..num_items`` (``counts[0]``, padding, is ignored)."""
+        weights = np.asarray(counts, dtype=np.float64).copy() ** alpha
+        weights[0] = 0.0
+        if np.any(weights < 0) or np.count_nonzero(weights) < 2:
+            raise ValueError("popularity sampling needs at least 2 items with positive counts")
+        self.probability = weights / weights.sum()
+        cumulative = np.cumsum(weights)
+        self.cdf = cumulative / cumulative[-1]  # exactly 1.0 from the last positive weight on
+        self.rng = np.random.default_rng(seed)
+
+    @classmethod
+    def from_items(cls, items: np.ndarray, num_items: int, alpha: float = 1.0,
+                   seed: int = 0) -> PopularitySampler:
+        return cls(np.bincount(items, minlength=num_items + 1), alpha, seed)
+
+    def _draw(self, shape: tuple[int, ...]) -> np.ndarray:
+        u = self.rng.random(shape)
+        return np.minimum(np.searchsorted(self.cdf, u, side="right"), self.cdf.size - 1)
+
+    def sample(self, positives: np.ndarray | torch.Tensor, num_negatives: int = 1,
+               exclude_positive: bool = True) -> torch.Tensor:
+        pos = _as_numpy(positives)[..., None]
+        draw = self._draw((*pos.shape[:-1], num_negatives))
+        if exclude_positive:
+            certain = self.probability[np.clip(pos, 0, self.cdf.size - 1)] >= 1.0
+            if np.any(certain & (pos > 0)):
+                raise ValueError("a positive holds all the probability; nothing else to draw")
+            clash = draw == pos
+            while clash.any():
+                draw[clash] = self._draw((int(clash.sum()),))
+                clash = draw == pos
+        return torch.from_numpy(draw)
+
+
+def in_batch_sampler(positives: np.ndarray | torch.Tensor, num_items: int,
+                     seed: int = 0) -> PopularitySampler:
+    """A sampler over this batch's non-padding positives (frequency-weighted)."""
+    pos = _as_numpy(positives).ravel()
+    return PopularitySampler.from_items(pos[pos > 0], num_items, seed=seed)

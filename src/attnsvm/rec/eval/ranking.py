@@ -1,0 +1,211 @@
+"""Full-catalogue ranking: streaming top-k over batches of users, with the seen-item filter.
+
+A model is seen only through a score function ``score_fn(rows) -> (len(rows), num_items + 1)``
+tensor; column 0 is padding and is never recommended. The ranker owns the returned tensor and
+modifies it in place. Only one batch of scores exists at a time, so memory is
+batch × items, never users × items.
+
+Rules (each is tested against a brute-force reference):
+
+* **Exclusion.** With ``exclude_seen`` the items of ``task.exclude.row(r)`` get score -inf,
+  except the user's own targets: a target is never excluded for its own user, so a repeated
+  item stays rankable.
+* **Ties.** Among equal scores the lower item id ranks first, exactly, also at the top-k
+  boundary (``torch.topk`` alone does not guarantee which tied item it keeps).
+* **Short lists.** Where fewer than k items remain rankable, the tail of the row is 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from collections.abc import Sequence as SequenceOf
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attnsvm.rec.data.sequences import EvalTask, Sequences
+from attnsvm.rec.eval.metrics import check_ks, metrics_from_topk
+
+ScoreFn = Callable[[np.ndarray], torch.Tensor]
+
+
+def check_item_ids(task: EvalTask, num_items: int) -> None:
+    """A ValueError naming the field if any target or excluded item id is outside 1..num_items."""
+    for name in ("targets", "exclude"):
+        items = getattr(task, name).items
+        if items.size and items.max() > num_items:
+            raise ValueError(
+                f"EvalTask.{name} holds item id {items.max()}, but the catalogue is 1..{num_items}"
+            )
+
+
+def batch_scores(score_fn: ScoreFn, rows: np.ndarray, num_items: int) -> torch.Tensor:
+    """Call the model on one batch and check what came back (shape, NaN); ints become float64."""
+    scores = score_fn(rows)
+    if not isinstance(scores, torch.Tensor) or scores.shape != (rows.size, num_items + 1):
+        shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+        raise ValueError(f"score_fn returned {shape}; expected ({rows.size}, {num_items + 1})")
+    if not scores.is_floating_point():
+        scores = scores.to(torch.float64)
+    if torch.isnan(scores).any():
+        raise ValueError(f"score_fn returned NaN scores for task rows {rows[0]}..{rows[-1]}")
+    return scores
+
+
+def csr_block(seqs: Sequences, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """Batch-local row indices and items of rows start..stop-1, for one vectorised scatter."""
+    lo, hi = seqs.offsets[start], seqs.offsets[stop]
+    local_rows = np.repeat(np.arange(stop - start, dtype=np.int64), seqs.lengths[start:stop])
+    return local_rows, seqs.items[lo:hi]
+
+
+def mask_batch(
+    scores: torch.Tensor, task: EvalTask, start: int, stop: int, exclude_seen: bool
+) -> None:
+    """Set padding and (optionally) excluded items to -inf in place, keeping the targets."""
+    scores[:, 0] = -torch.inf
+    if not exclude_seen:
+        return
+    device = scores.device
+    t_rows, t_items = (torch.from_numpy(a).to(device) for a in csr_block(task.targets, start, stop))
+    e_rows, e_items = (torch.from_numpy(a).to(device) for a in csr_block(task.exclude, start, stop))
+    target_scores = scores[t_rows, t_items]
+    scores[e_rows, e_items] = -torch.inf
+    scores[t_rows, t_items] = target_scores
+
+
+def topk_lower_id_first(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Top-k item ids per row ordered by (score desc, id asc); -inf entries become id 0."""
+    values, ids = torch.topk(scores, k, dim=1)
+    boundary = values[:, -1:]
+    # topk keeps an arbitrary subset of the items tied at the k-th score; rows where some tied
+    # item was left out are re-ranked by a full stable sort (exact, and rare for real models).
+    tied_total = (scores == boundary).sum(dim=1)
+    tied_kept = (values == boundary).sum(dim=1)
+    ambiguous = torch.nonzero((tied_total > tied_kept) & (boundary[:, 0] > -torch.inf))[:, 0]
+    if ambiguous.numel():
+        order = torch.sort(scores[ambiguous], dim=1, descending=True, stable=True).indices
+        ids[ambiguous] = order[:, :k]
+        values[ambiguous] = torch.gather(scores[ambiguous], 1, ids[ambiguous])
+    # order within the kept set: by id, then stably by score, so ties read lower id first
+    ids, by_id = torch.sort(ids, dim=1)
+    values = torch.gather(values, 1, by_id)
+    values, by_score = torch.sort(values, dim=1, descending=True, stable=True)
+    ids = torch.gather(ids, 1, by_score)
+    return ids.masked_fill_(values == -torch.inf, 0)
+
+
+def rank_topk(
+    score_fn: ScoreFn,
+    task: EvalTask,
+    num_items: int,
+    k: int = 100,
+    *,
+    batch_size: int = 1024,
+    exclude_seen: bool = True,
+) -> np.ndarray:
+    """``(len(task), k)`` int64 item ids, best first, ranking the whole catalogue 1..num_items."""
+    if not 1 <= k <= num_items:
+        raise ValueError(f"k={k} must be in 1..num_items={num_items}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be >= 1")
+    check_item_ids(task, num_items)
+    out = np.zeros((len(task), k), dtype=np.int64)
+    with torch.inference_mode():
+        for start in range(0, len(task), batch_size):
+            stop = min(start + batch_size, len(task))
+            rows = np.arange(start, stop, dtype=np.int64)
+            scores = batch_scores(score_fn, rows, num_items)
+            mask_batch(scores, task, start, stop, exclude_seen)
+            out[start:stop] = topk_lower_id_first(scores, k).cpu().numpy()
+    return out
+
+
+def protocol_label(exclude_seen: bool) -> str:
+    return f"full ranking, seen items {'excluded' if exclude_seen else 'kept'}"
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Mean metrics, per-user metric arrays (row r = user ``users[r]``) and the protocol used."""
+
+    metrics: dict[str, float]
+    per_user: dict[str, np.ndarray] = field(repr=False)
+    protocol: str
+    users: np.ndarray = field(repr=False)
+
+    def to_json(self) -> str:
+        """Metrics and protocol as JSON; the per-user arrays travel separately (see ``save``)."""
+        return json.dumps(
+            {"protocol": self.protocol, "num_users": int(self.users.size), "metrics": self.metrics},
+            indent=2,
+        )
+
+    @classmethod
+    def from_json(cls, text: str, per_user: dict[str, np.ndarray], users: np.ndarray) -> EvalResult:
+        data = json.loads(text)
+        if data["num_users"] != len(users):
+            raise ValueError(f"JSON says {data['num_users']} users; the arrays hold {len(users)}")
+        return cls(
+            {k: float(v) for k, v in data["metrics"].items()}, per_user, data["protocol"], users
+        )
+
+    def save(self, path: str | Path) -> None:
+        """``path`` (JSON) plus ``path`` with suffix ``.npz`` (per-user arrays), each atomically.
+
+        The arrays are written first, so a JSON file always has its arrays next to it.
+        """
+        path = Path(path)
+        text = self.to_json().encode()
+        arrays = {"users": self.users, **{f"metric:{k}": v for k, v in self.per_user.items()}}
+        atomic_write(path.with_suffix(".npz"), lambda f: np.savez(f, **arrays))
+        atomic_write(path, lambda f: f.write(text))
+
+    @classmethod
+    def load(cls, path: str | Path) -> EvalResult:
+        path = Path(path)
+        with np.load(path.with_suffix(".npz")) as arrays:
+            per_user = {k[len("metric:") :]: arrays[k] for k in arrays.files if k != "users"}
+            users = arrays["users"]
+        try:
+            return cls.from_json(path.read_text(), per_user, users)
+        except (KeyError, TypeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path}: not a saved evaluation result ({error!r})") from None
+
+
+def atomic_write(path: Path, write: Callable[[object], object]) -> None:
+    """Write through a temporary file in the same folder, then rename over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def evaluate(
+    score_fn: ScoreFn,
+    task: EvalTask,
+    num_items: int,
+    ks: SequenceOf[int] = (1, 5, 10, 20),
+    *,
+    batch_size: int = 1024,
+    exclude_seen: bool = True,
+    item_popularity: np.ndarray | None = None,
+) -> EvalResult:
+    """Full-ranking HR/NDCG/MRR/Recall@K, coverage@K and (given popularity) popularity@K."""
+    ks = check_ks(ks, num_items)
+    topk = rank_topk(
+        score_fn, task, num_items, max(ks), batch_size=batch_size, exclude_seen=exclude_seen
+    )
+    metrics, per_user = metrics_from_topk(
+        topk, task.targets, ks, num_items=num_items, item_popularity=item_popularity
+    )
+    return EvalResult(metrics, per_user, protocol_label(exclude_seen), np.asarray(task.users))

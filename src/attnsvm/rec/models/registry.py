@@ -1,0 +1,102 @@
+"""Models and presets by name.
+
+A model is a file with a config dataclass and a ``SequentialRecommender``; registering it is one
+line in ``MODELS``. A preset is a model name plus config overrides plus the loss it is trained
+with (``LossConfig``); ``build_model`` and ``resolve`` accept either kind of name (a preset
+named like a model, such as ``sasrec``, is that model with its paper's loss).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from attnsvm.rec.models.base import LossConfig, SequentialRecommender, TransformerConfig
+from attnsvm.rec.models.bert4rec import BERT4Rec, BERT4RecConfig
+from attnsvm.rec.models.bsarec import BSARec, BSARecConfig
+from attnsvm.rec.models.sasrec import SASRec, SASRecConfig
+
+
+class ModelSpec(NamedTuple):
+    config_class: type[TransformerConfig]
+    model_class: type[SequentialRecommender]
+    description: str
+
+
+MODELS: dict[str, ModelSpec] = {
+    "sasrec": ModelSpec(SASRecConfig, SASRec, "causal self-attention recommender (Kang 2018)"),
+    "bert4rec": ModelSpec(BERT4RecConfig, BERT4Rec, "bidirectional cloze recommender (Sun 2019)"),
+    "bsarec": ModelSpec(BSARecConfig, BSARec, "Fourier filter beside self-attention (Shin 2024)"),
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    model: str
+    description: str
+    loss: LossConfig
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+PRESETS: dict[str, Preset] = {
+    "sasrec": Preset(
+        "sasrec",
+        "SASRec as published: BCE with 1 uniform negative per position",
+        LossConfig(name="bce", num_negatives=1),
+    ),
+    "sasrec+": Preset(
+        "sasrec",
+        "SASRec+ (Klenitskiy & Vasilev 2023): full softmax CE; d=64, 2 blocks, 1 head, len 200",
+        LossConfig(name="ce"),
+        {"hidden_size": 64, "num_blocks": 2, "num_heads": 1, "ffn_size": 64, "max_len": 200},
+    ),
+    "gsasrec": Preset(
+        "sasrec",
+        "gSASRec (Petrov & Macdonald 2023): gBCE, 256 negatives, t=0.75, separate output table",
+        LossConfig(name="gbce", num_negatives=256, gbce_t=0.75),
+        {
+            "hidden_size": 128,
+            "ffn_size": 128,
+            "num_blocks": 2,
+            "num_heads": 1,
+            "dropout": 0.5,
+            "attention_dropout": 0.5,
+            "max_len": 200,
+            "separate_output_embedding": True,
+        },
+    ),
+    "bert4rec": Preset(
+        "bert4rec",
+        "BERT4Rec as published: cloze training, full softmax CE over masked positions",
+        LossConfig(name="ce"),
+    ),
+}
+
+
+def _lookup(name: str) -> Preset:
+    if name in PRESETS:
+        return PRESETS[name]
+    if name in MODELS:
+        return Preset(name, MODELS[name].description, LossConfig())
+    known = ", ".join(sorted(set(MODELS) | set(PRESETS)))
+    raise ValueError(f"unknown model {name!r} (known: {known})")
+
+
+def resolve(name: str, **overrides: Any) -> tuple[str, TransformerConfig, LossConfig]:
+    """``(model name, its config with the preset's and the given overrides, loss config)``."""
+    preset = _lookup(name)
+    config_class = MODELS[preset.model].config_class
+    return preset.model, config_class.from_dict({**preset.overrides, **overrides}), preset.loss
+
+
+def build_model(name: str, num_items: int, **overrides: Any) -> SequentialRecommender:
+    """A model or preset by name, with config overrides (``hidden_size=128``, …)."""
+    model_name, config, _ = resolve(name, **overrides)
+    return MODELS[model_name].model_class(num_items, config)
+
+
+def catalogue() -> list[tuple[str, str]]:
+    """``(name, one-line description)`` of every model and preset, sorted by name."""
+    rows = {name: spec.description for name, spec in MODELS.items()}
+    rows.update({name: preset.description for name, preset in PRESETS.items()})
+    return sorted(rows.items())

@@ -1,0 +1,69 @@
+"""SASRec (Kang & McAuley, ICDM 2018): causal self-attention over the item history.
+
+``x = dropout(√d · E[s] + P)`` → ``num_blocks`` causal blocks → LayerNorm → ``h_t``; the next
+item after position t is scored by ``h_t · E_i`` with the item table E (tied, or a separate
+output table as in gSASRec). Every position is trained to predict the next item.
+
+Defaults follow the official code and Klenitskiy & Vasilev's SASRec+ config: d = 64, 2 blocks,
+1 head, FFN 64, dropout 0.1, max_len 200, the "sasrec" block layout (only the queries are
+normalised), embeddings × √d (``scale_embeddings=True``; with Normal(0, 0.02) init the item
+embeddings are otherwise swamped by the position embeddings early in training).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
+from attnsvm.rec.nn.blocks import EncoderOutput, TransformerEncoder
+from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
+
+
+@dataclass(frozen=True)
+class SASRecConfig(TransformerConfig):
+    pass
+
+
+class SASRec(SequentialRecommender):
+    objective = "causal"
+    config_class = SASRecConfig
+
+    def __init__(self, num_items: int, config: SASRecConfig | None = None) -> None:
+        config = config or SASRecConfig()
+        super().__init__(num_items, config)
+        self.items = ItemEmbedding(
+            num_items, config.hidden_size, separate_output=config.separate_output_embedding
+        )
+        self.embed = SequenceEmbedding(
+            self.items,
+            config.max_len,
+            config.position,
+            scale=config.scale_embeddings,
+            dropout=config.dropout,
+        )
+        self.encoder = TransformerEncoder(
+            config.hidden_size,
+            config.num_blocks,
+            config.num_heads,
+            config.ffn_size,
+            causal=True,
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            activation=config.activation,
+            norm=config.norm,
+        )
+        self.init_weights()
+
+    def forward(
+        self,
+        item_seq: torch.Tensor,
+        return_attention: bool = False,
+        return_layer_inputs: bool = False,
+    ) -> torch.Tensor | EncoderOutput:
+        self.check_input(item_seq)
+        out = self.encoder(
+            self.embed(item_seq), item_seq != 0, return_attention, return_layer_inputs
+        )
+        return out if return_attention or return_layer_inputs else out.hidden

@@ -1,0 +1,128 @@
+"""Transformer blocks (three normalisation layouts) and the encoder stack.
+
+Layouts, with ``Attn(q, k)`` taking queries from q and keys/values from k:
+
+- ``"pre"``    (GPT-2):      ``x ← x + Attn(LN x, LN x)``;         ``x ← x + FFN(LN x)``
+- ``"post"``   (BERT):       ``x ← LN(x + Attn(x, x))``;           ``x ← LN(x + FFN(x))``
+- ``"sasrec"`` (official SASRec code): ``q = LN x``; ``x ← q + Attn(q, x)``; ``x ← LN x``;
+  ``x ← x + FFN(x)`` — only the queries are normalised before attention.
+
+"pre" and "sasrec" end with a final LayerNorm; "post" does not need one.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask
+from attnsvm.rec.nn.ffn import PointwiseFFN
+
+NORM_LAYOUTS = ("pre", "post", "sasrec")
+
+
+class AttentionInput(NamedTuple):
+    """What a layer's attention consumed: queries from ``query``, keys and values from ``key``."""
+
+    query: torch.Tensor  # (B, L, D)
+    key: torch.Tensor  # (B, L, D); the same tensor as query for "pre" and "post"
+
+
+class EncoderOutput(NamedTuple):
+    hidden: torch.Tensor  # (B, L, D), zero at padding positions
+    attention: list[torch.Tensor] | None  # per layer (B, H, L, L), from the reference path
+    layer_inputs: list[AttentionInput] | None  # per layer
+
+
+class TransformerBlock(nn.Module):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        ffn_size: int,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm: str = "pre",
+    ) -> None:
+        super().__init__()
+        if norm not in NORM_LAYOUTS:
+            raise ValueError(f"norm must be one of {NORM_LAYOUTS}, got {norm!r}")
+        self.norm = norm
+        self.attention = MultiHeadAttention(dim, num_heads, attention_dropout)
+        self.attention_norm = nn.LayerNorm(dim)
+        self.ffn = PointwiseFFN(dim, ffn_size, activation, dropout)
+        self.ffn_norm = nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self, x: torch.Tensor, keep_mask: torch.Tensor, return_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None, AttentionInput]:
+        if self.norm == "pre":
+            h = self.attention_norm(x)
+            attended, weights = self.attention(h, h, keep_mask, return_weights)
+            inputs = AttentionInput(h, h)
+            x = x + self.dropout(attended)
+            x = x + self.ffn(self.ffn_norm(x))
+        elif self.norm == "post":
+            attended, weights = self.attention(x, x, keep_mask, return_weights)
+            inputs = AttentionInput(x, x)
+            x = self.attention_norm(x + self.dropout(attended))
+            x = self.ffn_norm(x + self.ffn(x))
+        else:
+            q = self.attention_norm(x)
+            attended, weights = self.attention(q, x, keep_mask, return_weights)
+            inputs = AttentionInput(q, x)
+            x = self.ffn_norm(q + self.dropout(attended))
+            x = x + self.ffn(x)
+        return x, weights, inputs
+
+
+class TransformerEncoder(nn.Module):
+    """A stack of blocks over embedded sequences; ``causal`` fixes the attention direction."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_blocks: int,
+        num_heads: int,
+        ffn_size: int,
+        causal: bool,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm: str = "pre",
+    ) -> None:
+        super().__init__()
+        self.causal = causal
+        self.blocks = nn.ModuleList(
+            TransformerBlock(dim, num_heads, ffn_size, dropout, attention_dropout, activation, norm)
+            for _ in range(num_blocks)
+        )
+        self.final_norm = nn.LayerNorm(dim) if norm != "post" else nn.Identity()
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        valid: torch.Tensor,
+        return_attention: bool = False,
+        return_layer_inputs: bool = False,
+    ) -> EncoderOutput:
+        """``x`` (B, L, D) embedded inputs, ``valid`` (B, L) True at non-padding positions."""
+        keep_mask = attention_mask(valid, self.causal)
+        attention: list[torch.Tensor] = []
+        layer_inputs: list[AttentionInput] = []
+        for block in self.blocks:
+            x, weights, inputs = block(x, keep_mask, return_attention)
+            if return_attention:
+                attention.append(weights)
+            if return_layer_inputs:
+                layer_inputs.append(inputs)
+        hidden = self.final_norm(x) * valid.unsqueeze(-1).to(x.dtype)
+        return EncoderOutput(
+            hidden,
+            attention if return_attention else None,
+            layer_inputs if return_layer_inputs else None,
+        )

@@ -1,0 +1,83 @@
+"""Item and position embeddings for left-padded item sequences.
+
+Ids: 0 is padding, 1..num_items are items, and ``num_special`` further ids after them are special
+tokens (BERT4Rec's mask token is ``num_items + 1``). The output table that scores items has
+``num_items + 1`` rows (row 0 is the padding item, never a valid target); it is either the input
+table's first ``num_items + 1`` rows (tied, as in SASRec) or a separate table (gSASRec).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+POSITION_KINDS = ("learned", "none")
+
+
+class ItemEmbedding(nn.Module):
+    """Input item table, optional separate output table, optional output bias."""
+
+    def __init__(
+        self,
+        num_items: int,
+        dim: int,
+        num_special: int = 0,
+        separate_output: bool = False,
+        output_bias: bool = False,
+    ) -> None:
+        super().__init__()
+        self.num_items = num_items
+        self.input = nn.Embedding(num_items + 1 + num_special, dim, padding_idx=0)
+        self.output = nn.Embedding(num_items + 1, dim, padding_idx=0) if separate_output else None
+        self.bias = nn.Parameter(torch.zeros(num_items + 1)) if output_bias else None
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.input(ids)
+
+    def output_weight(self) -> torch.Tensor:
+        """The ``(num_items + 1, dim)`` table that item logits are dot products with."""
+        if self.output is not None:
+            return self.output.weight
+        return self.input.weight[: self.num_items + 1]
+
+
+class SequenceEmbedding(nn.Module):
+    """``x_t = dropout(LN?(item(s_t) · (√d if scaled) + p_t))``, zero at padding positions.
+
+    Positions are counted from the right: the most recent item always gets position
+    ``max_len − 1``, whatever the sequence length, because sequences are left-padded.
+    """
+
+    def __init__(
+        self,
+        items: ItemEmbedding,
+        max_len: int,
+        position: str = "learned",
+        scale: bool = False,
+        layer_norm: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if position not in POSITION_KINDS:
+            raise ValueError(f"position must be one of {POSITION_KINDS}, got {position!r}")
+        dim = items.input.embedding_dim
+        self.items = items
+        self.max_len = max_len
+        self.position = nn.Embedding(max_len, dim) if position == "learned" else None
+        self.scale = math.sqrt(dim) if scale else 1.0
+        self.norm = nn.LayerNorm(dim) if layer_norm else None
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
+        length = item_seq.shape[1]
+        x = self.items(item_seq)
+        if self.scale != 1.0:
+            x = x * self.scale
+        if self.position is not None:
+            x = x + self.position.weight[self.max_len - length :]
+        if self.norm is not None:
+            x = self.norm(x)
+        x = self.dropout(x)
+        return x * (item_seq != 0).unsqueeze(-1).to(x.dtype)

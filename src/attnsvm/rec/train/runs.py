@@ -1,0 +1,105 @@
+"""Using a finished run directory: load it, evaluate it again, recommend from it.
+
+Recommendations speak external ids both ways: a user id or a history of item ids as they appear
+in the data file in, item ids out. The run's ``id_maps.json`` translates; the data are read
+again (from ``config.data``) only to find a user's history.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attnsvm.rec.config import RunConfig, load_config
+from attnsvm.rec.eval.ranking import EvalResult
+from attnsvm.rec.models import MODELS, SequentialRecommender
+from attnsvm.rec.train.checkpoint import WEIGHTS, finished_run, load_weights
+from attnsvm.rec.train.trainer import evaluate_model, load_split, window_length
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    run_dir: Path
+    config: RunConfig
+    model: SequentialRecommender  # best weights, in eval mode
+    item_ids: np.ndarray  # external id of internal item i (index 0 = padding placeholder)
+    user_ids: np.ndarray  # external id of internal user u
+
+    @property
+    def max_len(self) -> int:
+        return window_length(self.config)
+
+    def internal_items(self, external: list) -> np.ndarray:
+        """Internal ids of external item ids (compared as text); unknown ids are an error."""
+        index = {str(item): i for i, item in enumerate(self.item_ids.tolist()) if i > 0}
+        unknown = [item for item in external if str(item) not in index]
+        if unknown:
+            shown = ", ".join(map(str, unknown[:5]))
+            raise ValueError(f"unknown item id(s) {shown} (not in this run's catalogue)")
+        return np.array([index[str(item)] for item in external], dtype=np.int64)
+
+
+def load_run(run_dir: str | Path) -> LoadedRun:
+    """Model (best checkpoint), config and id maps of a finished run."""
+    path = finished_run(run_dir)
+    config = load_config(path / "config.json")
+    info = json.loads((path / "model.json").read_text())
+    spec = MODELS[info["model"]]
+    model = spec.model_class(info["num_items"], spec.config_class.from_dict(info["model_config"]))
+    load_weights(model, path / WEIGHTS)
+    model.eval()
+    maps = json.loads((path / "id_maps.json").read_text())
+    return LoadedRun(path, config, model, np.array(maps["items"]), np.array(maps["users"]))
+
+
+def evaluate_run(run_dir: str | Path, split: str = "test") -> EvalResult:
+    """Full-ranking metrics of the run's best checkpoint on its data's ``test`` or ``valid``."""
+    if split not in ("test", "valid"):
+        raise ValueError(f"split must be 'test' or 'valid', got {split!r}")
+    run = load_run(run_dir)
+    data = load_split(run.config.data)
+    if data.num_items != run.model.num_items:
+        raise ValueError(
+            f"{run.run_dir}: the data now has {data.num_items} items, the model {run.model.num_items}"
+        )
+    popularity = np.bincount(data.train.items, minlength=data.num_items + 1)
+    return evaluate_model(run.model, getattr(data, split), data.num_items, run.config.eval,
+                          run.max_len, popularity=popularity)
+
+
+def user_history(run: LoadedRun, user: object) -> list:
+    """The user's whole history in the run's data (train, validation and test items), external."""
+    from attnsvm.rec.data.datasets import load_dataset
+
+    data = load_dataset(run.config.data.dataset, root=run.config.data.root)
+    rows = {str(u): r for r, u in enumerate(data.user_ids.tolist())}
+    if str(user) not in rows:
+        raise ValueError(f"unknown user id {user} (not in {run.config.data.dataset})")
+    sequences = data.to_sequences()
+    return data.item_ids[sequences.row(rows[str(user)])].tolist()
+
+
+def recommend(run_dir: str | Path, user: object = None, history: list | None = None,
+              k: int = 10) -> list:
+    """Top-k external item ids after ``history`` (or user ``user``'s history), seen excluded."""
+    if (user is None) == (history is None):
+        raise ValueError("give exactly one of user or history")
+    run = load_run(run_dir)
+    items = user_history(run, user) if user is not None else list(history)
+    if not items:
+        raise ValueError("the history is empty")
+    internal = run.internal_items(items)
+    num_items = run.model.num_items
+    if not 1 <= k <= num_items - len(set(internal.tolist())):
+        raise ValueError(f"k must lie in 1..{num_items - len(set(internal.tolist()))}")
+    window = torch.from_numpy(internal[-run.max_len :][None, :])
+    with torch.inference_mode():
+        scores = run.model.score_last(window)[0]
+        scores[torch.from_numpy(internal)] = -torch.inf
+        # stable: equal scores keep the lower item id first, as in evaluation
+        order = torch.sort(scores, descending=True, stable=True).indices[:k]
+    return run.item_ids[order.numpy()].tolist()

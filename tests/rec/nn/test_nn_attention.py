@@ -1,0 +1,69 @@
+"""Attention: the SDPA path equals the explicit-matmul reference; masks do what they say."""
+
+import pytest
+import torch
+
+from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask, reference_attention
+from attnsvm.rec.nn.blocks import NORM_LAYOUTS, TransformerEncoder
+
+
+def left_padded(lengths: list[int], length: int) -> torch.Tensor:
+    """(B, length) bool: True at the last ``lengths[b]`` positions of row b."""
+    columns = torch.arange(length)[None, :]
+    return columns >= length - torch.tensor(lengths)[:, None]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("num_heads", [1, 4])
+def test_sdpa_equals_reference_path(causal: bool, num_heads: int) -> None:
+    generator = torch.Generator().manual_seed(0)
+    attention = MultiHeadAttention(16, num_heads).double().eval()
+    x = torch.randn(3, 7, 16, generator=generator, dtype=torch.float64)
+    mask = attention_mask(left_padded([7, 4, 1], 7), causal)
+    fast, none = attention(x, x, mask)
+    slow, weights = attention(x, x, mask, return_weights=True)
+    assert none is None
+    assert weights.shape == (3, num_heads, 7, 7)
+    torch.testing.assert_close(fast, slow, atol=1e-6, rtol=0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, num_heads, 7, dtype=torch.float64))
+
+
+def test_attention_mask_hides_padding_and_future() -> None:
+    valid = torch.tensor([[False, True, True]])
+    causal = attention_mask(valid, causal=True)[0, 0]
+    # real query t sees real keys s ≤ t; the padding query sees only itself
+    assert causal.tolist() == [[True, False, False], [False, True, False], [False, True, True]]
+    both = attention_mask(valid, causal=False)[0, 0]
+    assert both.tolist() == [[True, True, True], [False, True, True], [False, True, True]]
+
+
+def test_reference_weights_follow_the_formula() -> None:
+    q = torch.tensor([[[[1.0, 0.0], [0.0, 2.0]]]])
+    k = torch.tensor([[[[1.0, 1.0], [0.0, 1.0]]]])
+    v = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])
+    keep = torch.ones(1, 1, 2, 2, dtype=torch.bool)
+    out, weights = reference_attention(q, k, v, keep, dropout=0.0)
+    scores = torch.tensor([[1.0, 0.0], [2.0, 2.0]]) / 2**0.5
+    torch.testing.assert_close(weights[0, 0], scores.softmax(-1))
+    torch.testing.assert_close(out[0, 0], scores.softmax(-1))
+
+
+@pytest.mark.parametrize("norm", NORM_LAYOUTS)
+def test_encoder_fast_and_reference_paths_agree(norm: str) -> None:
+    generator = torch.Generator().manual_seed(1)
+    torch.manual_seed(1)
+    encoder = TransformerEncoder(8, 2, 2, 16, causal=True, norm=norm).double().eval()
+    x = torch.randn(2, 5, 8, generator=generator, dtype=torch.float64)
+    valid = left_padded([5, 2], 5)
+    fast = encoder(x, valid)
+    traced = encoder(x, valid, return_attention=True, return_layer_inputs=True)
+    torch.testing.assert_close(fast.hidden, traced.hidden, atol=1e-6, rtol=0)
+    assert fast.attention is None and fast.layer_inputs is None
+    assert len(traced.attention) == 2 and len(traced.layer_inputs) == 2
+    assert torch.all(traced.hidden[1, :3] == 0)  # padding positions are zeroed
+    query, key = traced.layer_inputs[0]
+    if norm == "post":
+        assert query is key and torch.equal(key, x)
+    else:  # queries are layer-normalised
+        torch.testing.assert_close(query.mean(-1), torch.zeros(2, 5, dtype=torch.float64))
+    assert (query is key) == (norm != "sasrec")

@@ -1,0 +1,96 @@
+"""The batched attention model against torch autograd and the official ``SelfAttn`` conventions."""
+
+import numpy as np
+import pytest
+import torch
+
+from attnsvm.theory.attention import AttentionProblem
+from attnsvm.theory.instances import multi_token_instances, paper_instances
+
+
+def _problem(head: str, seeds=range(4), n=3, T=5, d=4):
+    if head == "linear":
+        return AttentionProblem.from_instances(paper_instances(seeds, n, T, d))
+    return AttentionProblem.from_instances(multi_token_instances(seeds, n, T, d))
+
+
+def _autograd_loss(problem, W):
+    logits = torch.einsum("sntd,sde,sne->snt", problem.X, W, problem.Z)
+    probs = torch.softmax(logits, dim=-1)
+    pooled = torch.einsum("snt,sntd->snd", probs, problem.X)
+    if problem.head == "linear":
+        out = torch.einsum("snd,sd->sn", pooled, problem.head_param)
+    else:
+        out = torch.relu(torch.einsum("snd,sde->sne", pooled, problem.head_param)).sum(-1)
+    return torch.log(1 + torch.exp(-problem.Y * out)).mean(-1)
+
+
+@pytest.mark.parametrize("head", ["linear", "relu"])
+@pytest.mark.parametrize("scale", [0.3, 3.0])
+def test_closed_form_gradient_matches_autograd(head, scale):
+    problem = _problem(head)
+    W = scale * torch.randn(4, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    loss, grad, _ = problem.loss_and_grad(W)
+    W_ad = W.clone().requires_grad_(True)
+    reference = _autograd_loss(problem, W_ad)
+    reference.sum().backward()
+    np.testing.assert_allclose(loss.numpy(), reference.detach().numpy(), rtol=1e-13)
+    np.testing.assert_allclose(grad.numpy(), W_ad.grad.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_kq_gradient_matches_autograd_with_ridge():
+    problem = _problem("linear")
+    gen = torch.Generator().manual_seed(3)
+    K = torch.randn(4, 4, 6, dtype=torch.float64, generator=gen)
+    Q = torch.randn(4, 4, 6, dtype=torch.float64, generator=gen)
+    ridge = 0.01
+    loss, dK, dQ, _ = problem.kq_loss_and_grad(K, Q, ridge)
+    K_ad, Q_ad = K.clone().requires_grad_(True), Q.clone().requires_grad_(True)
+    reference = _autograd_loss(problem, K_ad @ Q_ad.transpose(-1, -2)) + ridge * (
+        (K_ad**2).sum((-2, -1)) + (Q_ad**2).sum((-2, -1)))
+    reference.sum().backward()
+    np.testing.assert_allclose(loss.numpy(), reference.detach().numpy(), rtol=1e-13)
+    np.testing.assert_allclose(dK.numpy(), K_ad.grad.numpy(), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(dQ.numpy(), Q_ad.grad.numpy(), rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_conventions_match_the_official_selfattn(relu):
+    """W = W.weight.T and W = key.weight.T query.weight... as ``base.py`` computes the softmax."""
+    inst = (multi_token_instances if relu else paper_instances)([5], 3, 4, 5)
+    problem = AttentionProblem.from_instances(inst)
+    X, Y, Z, head = (torch.as_tensor(a) for a in inst.one(0))
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(5, 5, dtype=torch.float64, generator=gen)
+    query = torch.randn(5, 5, dtype=torch.float64, generator=gen)
+    key = torch.randn(5, 5, dtype=torch.float64, generator=gen)
+    z = Z.reshape(3, 1, 5)
+    # base.py: softmax(cross_input @ W(input_seq)^T), W(x) = x @ weight^T
+    official_w = torch.softmax(z @ (X @ weight.T).transpose(-2, -1), dim=-1)[:, 0]
+    official_kq = torch.softmax((z @ query.T) @ (X @ key.T).transpose(-2, -1), dim=-1)[:, 0]
+    ours_w = problem.probs(weight.T[None])[0]
+    ours_kq = problem.probs((key.T @ query)[None])[0]
+    np.testing.assert_allclose(ours_w.numpy(), official_w.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(ours_kq.numpy(), official_kq.numpy(), rtol=1e-12)
+    # output head: base.py "out @ v" or base_nonlinear.py "relu(out @ value(x)) @ ones"
+    if relu:
+        official_out = torch.relu(official_w[:, None] @ (X @ head))[:, 0].sum(-1)
+    else:
+        official_out = (official_w[:, None] @ X)[:, 0] @ head
+    np.testing.assert_allclose(problem.output(ours_w[None])[0].numpy(), official_out.numpy(),
+                               rtol=1e-12)
+
+
+def test_loss_is_stable_for_large_outputs():
+    problem = _problem("linear")
+    probs = problem.probs(torch.zeros(4, 4, 4, dtype=torch.float64))
+    huge = AttentionProblem(problem.X * 1e3, problem.Y, problem.Z, "linear", problem.head_param)
+    assert torch.isfinite(huge.loss(probs)).all()
+
+
+def test_bad_shapes_are_reported_by_name():
+    problem = _problem("linear")
+    with pytest.raises(ValueError, match="head parameter"):
+        AttentionProblem(problem.X, problem.Y, problem.Z, "linear", problem.head_param[:, :2])
+    with pytest.raises(ValueError, match="head"):
+        AttentionProblem(problem.X, problem.Y, problem.Z, "tanh", problem.head_param)
