@@ -22,8 +22,14 @@ from pathlib import Path
 from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, TrainConfig
 from attnsvm.rec.models import LossConfig
 
-TRANSFORMER = {"hidden_size": 64, "ffn_size": 64, "num_blocks": 2, "num_heads": 1,
-               "dropout": 0.1, "attention_dropout": 0.1}
+TRANSFORMER = {
+    "hidden_size": 64,
+    "ffn_size": 64,
+    "num_blocks": 2,
+    "num_heads": 1,
+    "dropout": 0.1,
+    "attention_dropout": 0.1,
+}
 
 # Klenitskiy & Vasilev 2023 (antklen/sasrec-bert4rec-recsys23 src/configs): Adam lr 1e-3,
 # batch 128, up to 100 epochs, patience 10 on validation NDCG@10, no gradient clipping.
@@ -31,43 +37,77 @@ KV_TRAIN = TrainConfig(epochs=100, batch_size=128, lr=1e-3, patience=10, grad_cl
 
 RUNS: dict[str, tuple[RunConfig, tuple[float, float], str]] = {
     "sasrec": (
-        RunConfig(ModelChoice("sasrec", TRANSFORMER), DataConfig("ml-1m", max_len=200),
-                  LossConfig(name="bce", num_negatives=1), KV_TRAIN),
-        (0.2500, 0.1341), "K&V README, SASRec BCE 1 negative",
+        RunConfig(
+            ModelChoice("sasrec", TRANSFORMER),
+            DataConfig("ml-1m", max_len=200),
+            LossConfig(name="bce", num_negatives=1),
+            KV_TRAIN,
+        ),
+        (0.2500, 0.1341),
+        "K&V README, SASRec BCE 1 negative",
     ),
     "sasrec+": (
-        RunConfig(ModelChoice("sasrec+", TRANSFORMER), DataConfig("ml-1m", max_len=200),
-                  LossConfig(name="ce"), KV_TRAIN),
-        (0.3152, 0.1821), "K&V README, SASRec+ full CE",
+        RunConfig(
+            ModelChoice("sasrec+", TRANSFORMER),
+            DataConfig("ml-1m", max_len=200),
+            LossConfig(name="ce"),
+            KV_TRAIN,
+        ),
+        (0.3152, 0.1821),
+        "K&V README, SASRec+ full CE",
     ),
     # gSASRec-pytorch config_ml1m.py: d=128, dropout 0.5, 256 negatives, t=0.75, batch 128,
     # at most 256 batches per epoch, early stopping patience 200 epochs
     "gsasrec": (
-        RunConfig(ModelChoice("gsasrec"), DataConfig("ml-1m", max_len=200),
-                  LossConfig(name="gbce", num_negatives=256, gbce_t=0.75),
-                  TrainConfig(epochs=10000, batch_size=128, lr=1e-3, patience=200,
-                              grad_clip=None, steps_per_epoch=256, seed=0),
-                  EvalConfig(valid_users=512)),
-        (0.3003, 0.1726), "gSASRec-pytorch README",
+        RunConfig(
+            ModelChoice("gsasrec"),
+            DataConfig("ml-1m", max_len=200),
+            LossConfig(name="gbce", num_negatives=256, gbce_t=0.75),
+            TrainConfig(
+                epochs=10000,
+                batch_size=128,
+                lr=1e-3,
+                patience=200,
+                grad_clip=None,
+                steps_per_epoch=256,
+                seed=0,
+            ),
+            EvalConfig(valid_users=512),
+        ),
+        (0.3003, 0.1726),
+        "gSASRec-pytorch README",
     ),
     "bert4rec": (
-        RunConfig(ModelChoice("bert4rec", {"dropout": 0.1, "attention_dropout": 0.1}),
-                  DataConfig("ml-1m", max_len=200), LossConfig(name="ce"),
-                  TrainConfig(epochs=1000, batch_size=128, lr=1e-3, patience=30,
-                              grad_clip=None, seed=0)),
-        (0.2843, 0.1537), "K&V README, BERT4Rec",
+        RunConfig(
+            ModelChoice("bert4rec", {"dropout": 0.1, "attention_dropout": 0.1}),
+            DataConfig("ml-1m", max_len=200),
+            LossConfig(name="ce"),
+            TrainConfig(epochs=1000, batch_size=128, lr=1e-3, patience=30, grad_clip=None, seed=0),
+        ),
+        (0.2843, 0.1537),
+        "K&V README, BERT4Rec",
     ),
     # transformer_benchmark configs/paper/loo/s3_vanilla.yaml: d=256, 1 block, 1 head,
     # dropout 0.2, len 50, sampled softmax with 256 uniform negatives
     "sasrec-ss-beauty": (
-        RunConfig(ModelChoice("sasrec", {"hidden_size": 256, "ffn_size": 256, "num_blocks": 1,
-                                         "num_heads": 1, "dropout": 0.2,
-                                         "attention_dropout": 0.2}),
-                  DataConfig("beauty", max_len=50),
-                  LossConfig(name="sampled_softmax", num_negatives=256),
-                  TrainConfig(epochs=200, batch_size=128, lr=1e-3, patience=10,
-                              grad_clip=None, seed=0)),
-        (0.0921, 0.0531), "transformer_benchmark README, S3-Beauty",
+        RunConfig(
+            ModelChoice(
+                "sasrec",
+                {
+                    "hidden_size": 256,
+                    "ffn_size": 256,
+                    "num_blocks": 1,
+                    "num_heads": 1,
+                    "dropout": 0.2,
+                    "attention_dropout": 0.2,
+                },
+            ),
+            DataConfig("beauty", max_len=50),
+            LossConfig(name="sampled_softmax", num_negatives=256),
+            TrainConfig(epochs=200, batch_size=128, lr=1e-3, patience=10, grad_clip=None, seed=0),
+        ),
+        (0.0921, 0.0531),
+        "transformer_benchmark README, S3-Beauty",
     ),
 }
 
@@ -105,8 +145,10 @@ def partial(name: str, out: Path) -> dict:
     log = [json.loads(line) for line in (run.work / "log.jsonl").read_text().splitlines()]
     best = max(log, key=lambda r: r["valid"][config.eval.valid_metric])
     seconds = sum(r["train_seconds"] for r in log)
-    note = (f"UNFINISHED: best of {len(log)} epochs (epoch {best['epoch']}), "
-            f"{seconds / len(log):.0f} s/epoch")
+    note = (
+        f"UNFINISHED: best of {len(log)} epochs (epoch {best['epoch']}), "
+        f"{seconds / len(log):.0f} s/epoch"
+    )
     return report(name, result.metrics, len(log), note)
 
 
@@ -127,11 +169,18 @@ def main() -> None:
     from attnsvm.rec.train.trainer import train
 
     config = RUNS[args.run][0]
-    config = replace(config, data=replace(config.data, root=str(Path(args.root).resolve())),
-                     train=replace(config.train, num_threads=args.threads))
+    config = replace(
+        config,
+        data=replace(config.data, root=str(Path(args.root).resolve())),
+        train=replace(config.train, num_threads=args.threads),
+    )
     result = train(config, args.out, resume=args.resume, show_progress=False)
-    report(args.run, result.test, result.epochs,
-           f"best epoch {result.best_epoch}, {result.train_seconds / result.epochs:.0f} s/epoch")
+    report(
+        args.run,
+        result.test,
+        result.epochs,
+        f"best epoch {result.best_epoch}, {result.train_seconds / result.epochs:.0f} s/epoch",
+    )
 
 
 if __name__ == "__main__":

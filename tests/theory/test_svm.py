@@ -177,11 +177,15 @@ def test_nuclear_matches_the_full_clarabel_sdp(n, T, d, cross, count):
     assert checked >= count // 2
 
 
-def test_nuclear_reduction_keeps_the_objective():
+def test_nuclear_reduction_and_the_cvxpy_path_keep_the_objective():
     X, Z, alpha = _instances(5, 1, 3, 6, 9)[0]
     reduced, full = solve_nuclear(X, Z, alpha), solve_nuclear(X, Z, alpha, reduce=False)
     assert reduced.info["sdp_size"] == 3 + 9 < full.info["sdp_size"] == 18
-    assert reduced.objective == pytest.approx(full.objective, rel=1e-7)
+    assert reduced.objective == pytest.approx(full.objective, rel=1e-8)
+    clarabel = solve_nuclear(X, Z, alpha, solver="CLARABEL")
+    assert clarabel.solver == "CLARABEL" and clarabel.info["sdp_size"] == 12
+    assert clarabel.objective == pytest.approx(reduced.objective, rel=1e-7)
+    assert reduced.info["rounds"] >= 1 and reduced.info["working_set"] <= 3 * 5
 
 
 def test_official_style_frobenius_agrees():

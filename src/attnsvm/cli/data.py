@@ -77,7 +77,7 @@ def stats(
 ) -> None:
     """Print the statistics table of a prepared dataset or of a file."""
     try:
-        data = datasets.load_dataset(name_or_path, cache=cache_dir)
+        data = datasets.load_dataset(name_or_path, cache_dir=cache_dir)
     except (DataFormatError, KeyError) as error:
         raise _fail(error) from None
     summary = data.stats(name_or_path)

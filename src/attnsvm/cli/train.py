@@ -21,8 +21,16 @@ from attnsvm.rec.train.checkpoint import RunDirError
 from attnsvm.rec.train.objectives import NoTrainingData
 from attnsvm.rec.train.trainer import TrainingError
 
-EXPECTED = (ConfigError, DataFormatError, RunDirError, NoTrainingData, TrainingError, ValueError,
-            KeyError, OSError)
+EXPECTED = (
+    ConfigError,
+    DataFormatError,
+    RunDirError,
+    NoTrainingData,
+    TrainingError,
+    ValueError,
+    KeyError,
+    OSError,
+)
 out = Console()
 
 
@@ -50,12 +58,13 @@ def _metrics_table(title: str, metrics: dict[str, float]) -> Table:
 
 @_clean_errors
 def train_command(
-    model: Annotated[str | None, typer.Option(help="model or preset (see `attnsvm models`)")] = None,
+    model: Annotated[str | None, typer.Option(help="model or preset (`attnsvm models`)")] = None,
     data: Annotated[str | None, typer.Option(help="dataset name or interactions file")] = None,
     config: Annotated[Path | None, typer.Option(help="run config, .toml or .json")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="key=value, e.g. train.lr=3e-4")]
-    = None,
-    root: Annotated[str | None, typer.Option(help="folder of raw datasets (../shared/data)")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="key=value, e.g. train.lr=3e-4")
+    ] = None,
+    root: Annotated[str | None, typer.Option(help="folder of raw datasets")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="run directory to create")] = None,
     resume: Annotated[Path | None, typer.Option(help="continue this interrupted run")] = None,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
@@ -65,7 +74,7 @@ def train_command(
 
     if resume is not None:
         if any(v is not None for v in (model, data, config, set_, root, out_dir)):
-            raise ConfigError("--resume continues a run with its saved config; give no other options")
+            raise ConfigError("--resume continues a run with its saved config; give no options")
         result = train(RunConfig(), resume, resume=True, show_progress=progress)
     else:
         run_config = load_config(config) if config is not None else RunConfig()
@@ -74,11 +83,14 @@ def train_command(
                 run_config, model=ModelChoice(model, run_config.model.overrides)
             )
         if data is not None or root is not None:
-            run_config = dataclasses.replace(run_config, data=dataclasses.replace(
-                run_config.data,
-                dataset=data if data is not None else run_config.data.dataset,
-                root=root if root is not None else run_config.data.root,
-            ))
+            run_config = dataclasses.replace(
+                run_config,
+                data=dataclasses.replace(
+                    run_config.data,
+                    dataset=data if data is not None else run_config.data.dataset,
+                    root=root if root is not None else run_config.data.root,
+                ),
+            )
         run_config = apply_overrides(run_config, set_ or [])
         result = train(run_config, out_dir, show_progress=progress)
     out.print(_metrics_table(f"test metrics (best epoch {result.best_epoch})", result.test))

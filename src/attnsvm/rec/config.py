@@ -177,9 +177,9 @@ def _coerce(value: Any, hint: Any, key: str, source: str) -> Any:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-            if type(None) in options:
-                return None
+        is_none = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
+        if is_none and type(None) in options:
+            return None
         errors = []
         for option in (o for o in options if o is not type(None)):
             try:
@@ -308,7 +308,8 @@ def load_config(path: str | Path) -> RunConfig:
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(f"{path}: not valid {path.suffix.lstrip('.') or 'JSON'}: {error}") from None
+        kind = path.suffix.lstrip(".") or "JSON"
+        raise ConfigError(f"{path}: not valid {kind}: {error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a table of sections")
     return RunConfig.from_dict(data, source=str(path))
@@ -373,6 +374,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     try:
         with os.fdopen(handle, "w") as file:
             file.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp creates 0600; a run directory is meant to be shared
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -49,11 +49,14 @@ class AttentionProblem:
         S, n, T, d = self.X.shape
         expected = (S, d) if self.head == "linear" else (S, d, d)
         if self.Y.shape != (S, n) or self.Z.shape != (S, n, d):
-            raise ValueError(f"Y, Z: expected {(S, n)} and {(S, n, d)}, got "
-                             f"{tuple(self.Y.shape)} and {tuple(self.Z.shape)}")
+            raise ValueError(
+                f"Y, Z: expected {(S, n)} and {(S, n, d)}, got "
+                f"{tuple(self.Y.shape)} and {tuple(self.Z.shape)}"
+            )
         if tuple(self.head_param.shape) != expected:
-            raise ValueError(f"head parameter: expected {expected}, got "
-                             f"{tuple(self.head_param.shape)}")
+            raise ValueError(
+                f"head parameter: expected {expected}, got {tuple(self.head_param.shape)}"
+            )
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -98,15 +101,17 @@ class AttentionProblem:
     def loss_and_grad(self, W: torch.Tensor):
         """``(loss (S,), dL/dW (S, d, d), probs (S, n, T))`` in closed form."""
         probs = self.probs(W)
-        n = self.X.shape[1]
         margin = self.Y * self.output(probs)
         loss = torch.nn.functional.softplus(-margin).mean(-1)
-        dloss_df = -self.Y * torch.sigmoid(-margin) / n  # (S, n)
+        dloss_df = -self.Y * torch.sigmoid(-margin) / self.X.shape[1]  # (S, n)
         g = self._token_values(probs)
         spread = ((g[..., :, None] - g[..., None, :]) @ probs[..., None])[..., 0]
         dlogits = dloss_df[..., None] * probs * spread
-        weighted = (dlogits[..., None, :] @ self.X)[..., 0, :]  # sum_t dl_it x_it, (S, n, d)
-        return loss, weighted.transpose(-1, -2) @ self.Z, probs
+        # dL/dW = sum_{i,t} dl_it x_it z_i^T: one (d, nT) @ (nT, d) product per seed
+        S, n, T, d = self.X.shape
+        scaled_queries = (dlogits[..., None] * self.Z[:, :, None, :]).reshape(S, n * T, d)
+        grad = self.X.reshape(S, n * T, d).transpose(-1, -2) @ scaled_queries
+        return loss, grad, probs
 
     def kq_loss_and_grad(self, K: torch.Tensor, Q: torch.Tensor, ridge: float):
         """``L(KQ^T) + ridge (||K||^2 + ||Q||^2)``: ``(loss, dK, dQ, probs)`` per seed."""
@@ -115,4 +120,3 @@ class AttentionProblem:
         dK = grad @ Q + 2 * ridge * K
         dQ = grad.transpose(-1, -2) @ K + 2 * ridge * Q
         return loss + ridge * penalty, dK, dQ, probs
-

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,8 +45,9 @@ def default_init(seeds: Iterable[int], d: int, parameterization: str = "W", m: i
         return torch.empty(rows, d).uniform_(-bound, bound, generator=gen).to(DTYPE)
 
     if parameterization == "W":
-        return torch.stack([linear(torch.Generator().manual_seed(s), d).T
-                            for s in _seed_list(seeds)])
+        return torch.stack(
+            [linear(torch.Generator().manual_seed(s), d).T for s in _seed_list(seeds)]
+        )
     _check_parameterization(parameterization)
     Ks, Qs = [], []
     for s in _seed_list(seeds):
@@ -63,15 +65,20 @@ def visualization_init(seeds: Iterable[int], d: int, parameterization: str = "W"
     if parameterization == "W":
         return torch.zeros(len(seeds), d, d, dtype=DTYPE)
     _check_parameterization(parameterization)
-    K = torch.stack([0.1 * torch.randn(d, d, generator=torch.Generator().manual_seed(s),
-                                       dtype=DTYPE) for s in seeds])
+    K = torch.stack(
+        [
+            0.1 * torch.randn(d, d, generator=torch.Generator().manual_seed(s), dtype=DTYPE)
+            for s in seeds
+        ]
+    )
     return K, torch.zeros_like(K)
 
 
 def _check_parameterization(parameterization: str) -> None:
     if parameterization not in PARAMETERIZATIONS:
-        raise ValueError(f"parameterization: expected one of {PARAMETERIZATIONS}, "
-                         f"got {parameterization!r}")
+        raise ValueError(
+            f"parameterization: expected one of {PARAMETERIZATIONS}, got {parameterization!r}"
+        )
 
 
 @dataclass
@@ -123,13 +130,31 @@ def _checkpoints(checkpoints, steps: int) -> np.ndarray:
     return points
 
 
+@contextmanager
+def _one_thread():
+    """Tiny batched tensors: intra-op threads only add overhead (40x slower on a busy box)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _normalised(G: torch.Tensor) -> torch.Tensor:
     return G / (torch.linalg.matrix_norm(G)[:, None, None] + EPS)
 
 
-def train(problem: AttentionProblem, init, *, steps: int = 2000, lr: float = LEARNING_RATE,
-          checkpoints: Iterable[int] | None = None, ridge: float = EPS,
-          progress: bool = False) -> Trajectory:
+def train(
+    problem: AttentionProblem,
+    init,
+    *,
+    steps: int = 2000,
+    lr: float = LEARNING_RATE,
+    checkpoints: Iterable[int] | None = None,
+    ridge: float = EPS,
+    progress: bool = False,
+) -> Trajectory:
     """Run normalised GD from ``init``: a ``W (S, d, d)`` tensor, or a ``(K, Q)`` pair.
 
     ``checkpoints`` are the step counts whose weights are kept (default: about 200 of them and
@@ -155,7 +180,7 @@ def train(problem: AttentionProblem, init, *, steps: int = 2000, lr: float = LEA
         if k in keep:
             stored[:, keep[k]] = K @ Q.transpose(-1, -2) if kq else W
 
-    with Progress(disable=not progress, transient=True) as bar:
+    with _one_thread(), Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(f"normalised GD ({'KQ' if kq else 'W'}, {S} seeds)", total=steps)
         store(0)
         for k in range(steps):
@@ -171,5 +196,12 @@ def train(problem: AttentionProblem, init, *, steps: int = 2000, lr: float = LEA
             store(k + 1)
             if progress and (k + 1) % 50 == 0:
                 bar.update(task, completed=k + 1)
-    return Trajectory("KQ" if kq else "W", steps, points, stored.cpu().numpy(),
-                      max_prob.cpu().numpy(), losses.cpu().numpy(), probs.cpu().numpy())
+    return Trajectory(
+        "KQ" if kq else "W",
+        steps,
+        points,
+        stored.cpu().numpy(),
+        max_prob.cpu().numpy(),
+        losses.cpu().numpy(),
+        probs.cpu().numpy(),
+    )

@@ -50,8 +50,15 @@ class Instances:
         def part(a):
             return None if a is None else a[pick]
 
-        return Instances(self.seeds[pick], self.X[pick], self.Y[pick], self.Z[pick], self.head,
-                         part(self.v), part(self.V))
+        return Instances(
+            self.seeds[pick],
+            self.X[pick],
+            self.Y[pick],
+            self.Z[pick],
+            self.head,
+            part(self.v),
+            part(self.V),
+        )
 
     def one(self, s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(X, Y, Z, head parameter)`` of the s-th seed of the batch (not the seed value)."""
@@ -101,8 +108,9 @@ def paper_instances(seeds: Iterable[int] | int, n: int, T: int, d: int) -> Insta
     return _stack(seeds, draws, "linear")
 
 
-def multi_token_instances(seeds: Iterable[int] | int, n: int = 3, T: int = 4,
-                          d: int = 10) -> Instances:
+def multi_token_instances(
+    seeds: Iterable[int] | int, n: int = 3, T: int = 4, d: int = 10
+) -> Instances:
     """multi_token_converge generator (ReLU head): V, X, Y, Z in that order, ``||V||_F = 1``.
 
     The notebook also builds ``v = 1/sqrt(d)`` but never uses it (no random draw); the head

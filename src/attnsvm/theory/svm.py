@@ -23,7 +23,7 @@ import cvxpy as cp
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
-from attnsvm.theory import _mnp
+from attnsvm.theory import _mnp, _sdp
 from attnsvm.theory.tokens import NEIGHBOR_TOL, check_indices, check_matrix, check_tokens
 
 #: Clarabel settings for "accurate" conic solves (its defaults stop at 1e-8 relative gaps).
@@ -231,26 +231,10 @@ def _solve_options(solver: str) -> dict:
     return dict(CLARABEL_ACCURATE) if solver == "CLARABEL" else {}
 
 
-def solve_nuclear(X, Z, alpha, *, reduce: bool = True, solver: str = "CLARABEL") -> SVMResult:
-    """``W^mm_*,alpha = argmin ||W||_*`` s.t. the Att-SVM margins (theory.md §2.3), a conic solve.
-
-    With ``reduce``, ``W = U B V^T`` with ``U``, ``V`` orthonormal bases of ``span{Delta_k}`` and
-    ``span{z_i}``: projecting keeps every margin and no unitarily invariant norm grows, so an
-    optimum of this form exists and the SDP shrinks from ``2d`` to ``rank U + rank V`` (§5 item 3).
-    Infeasibility is decided by the exact Frobenius solver (same constraint set).
-    """
-    start = time.perf_counter()
-    X, Z, alpha = _validated(X, Z, alpha)
-    kernel = _selection_kernel(X, Z, alpha)
-    mnp = _mnp.min_norm_point(kernel)
-    if mnp.zero_in_hull:
-        return _infeasible(mnp.mu, f"cvxpy-{solver}", start)
-    d = X.shape[2]
-    U = _orthonormal_basis(kernel.delta) if reduce else np.eye(d)
-    V = _orthonormal_basis(Z) if reduce else np.eye(d)
-    B = cp.Variable((U.shape[1], V.shape[1]))
-    margin = cp.sum(cp.multiply(kernel.delta @ U @ B, kernel.query @ V), axis=1)
-    constraint = margin >= 1
+def _nuclear_cvxpy(delta, zeta, solver: str):
+    """The reduced nuclear-norm SVM in cvxpy, one vectorised constraint: ``(B, y, status)``."""
+    B = cp.Variable((delta.shape[1], zeta.shape[1]))
+    constraint = cp.sum(cp.multiply(delta @ B, zeta), axis=1) >= 1
     problem = cp.Problem(cp.Minimize(cp.normNuc(B)), [constraint])
     with warnings.catch_warnings():
         # "optimal_inaccurate": Clarabel stalls near 1e-9 gaps on this SDP; kkt reports the gap
@@ -258,14 +242,77 @@ def solve_nuclear(X, Z, alpha, *, reduce: bool = True, solver: str = "CLARABEL")
         problem.solve(solver=solver, **_solve_options(solver))
     if B.value is None:
         raise RuntimeError(
-            f"solve_nuclear: {solver} returned status {problem.status} on a feasible problem"
+            f"solve_nuclear: {solver} returned {problem.status} on a feasible problem"
         )
-    W = U @ B.value @ V.T
+    return B.value, np.asarray(constraint.dual_value, dtype=np.float64).reshape(-1), problem.status
+
+
+#: Working-set rounds of the interior-point solve before giving up (each adds violated margins).
+MAX_ROUNDS = 30
+
+
+def _nuclear_ipm(delta, zeta, frobenius_margins):
+    """Interior point on a working set of constraints, grown by the violated ones.
+
+    The nuclear and Frobenius solutions share most active constraints, so the working set
+    starts with the Frobenius SVM-neighbours. Returns ``(B, y, info)``, or None if the interior
+    point stalls.
+    """
+    working = frobenius_margins <= 1.0 + NEIGHBOR_TOL
+    for rounds in range(1, MAX_ROUNDS + 1):
+        rows = np.flatnonzero(working)
+        solution = _sdp.solve(delta[rows], zeta[rows])
+        if not solution.converged:
+            return None
+        margins = np.einsum("kp,pq,kq->k", delta, solution.B, zeta, optimize=True)
+        violated = (margins < 1.0 - 1e-9) & ~working
+        if not violated.any():
+            y = np.zeros(len(delta))
+            y[rows] = solution.y
+            return (
+                solution.B,
+                y,
+                {"rounds": rounds, "working_set": len(rows), "ipm_iterations": solution.iterations},
+            )
+        working |= violated
+    return None
+
+
+def solve_nuclear(X, Z, alpha, *, reduce: bool = True, solver: str = "ipm") -> SVMResult:
+    """``W^mm_*,alpha = argmin ||W||_*`` s.t. the Att-SVM margins (theory.md §2.3).
+
+    With ``reduce``, ``W = U B V^T`` with ``U``, ``V`` orthonormal bases of ``span{Delta_k}`` and
+    ``span{z_i}``: projecting keeps every margin and no unitarily invariant norm grows, so an
+    optimum of this form exists and the SDP shrinks from ``2d`` to ``rank U + rank V`` (§5 item 3).
+    ``solver="ipm"``: our interior-point method (:mod:`attnsvm.theory._sdp`) on a working set of
+    constraints; any cvxpy solver name (``"CLARABEL"``: accurate settings; ``"SCS"``: defaults,
+    as in the notebooks) solves the reduced problem with one vectorised constraint instead.
+    Infeasibility is decided by the exact Frobenius solver (the constraint set is the same).
+    """
+    start = time.perf_counter()
+    X, Z, alpha = _validated(X, Z, alpha)
+    kernel = _selection_kernel(X, Z, alpha)
+    solution, mnp = _solve_kernel_svm(kernel, 1e-10)
+    if solution is None:
+        return _infeasible(mnp.mu, solver, start)
+    d = X.shape[2]
+    U = _orthonormal_basis(kernel.delta) if reduce else np.eye(d)
+    V = _orthonormal_basis(Z) if reduce else np.eye(d)
+    delta, zeta = kernel.delta @ U, kernel.query @ V
+    info = {"sdp_size": U.shape[1] + V.shape[1]}
+    result = _nuclear_ipm(delta, zeta, solution[2]) if solver == "ipm" else None
+    if result is None:  # a cvxpy solver was asked for, or the interior point stalled
+        name = "CLARABEL" if solver == "ipm" else solver
+        B, dual, status = _nuclear_cvxpy(delta, zeta, name)
+        info.update(cvxpy_status=status, cvxpy_solver=name)
+    else:
+        B, dual, ipm_info = result
+        info.update(ipm_info)
+    W = U @ B @ V.T
     margins = kernel.inner(W)
     smallest = float(margins.min())
-    if smallest < 1.0:
+    if smallest < 1.0:  # restore exact feasibility; changes ||W||_* by a factor 1 + O(tol)
         W, margins = W / smallest, margins / smallest
-    dual = np.asarray(constraint.dual_value, dtype=np.float64).reshape(-1)
     return SVMResult(
         status="optimal",
         W=W,
@@ -274,9 +321,9 @@ def solve_nuclear(X, Z, alpha, *, reduce: bool = True, solver: str = "CLARABEL")
         support=_support(kernel, margins, X.shape[:2]),
         kkt=_nuclear_kkt(kernel, W, dual, margins),
         certificate=None,
-        solver=f"cvxpy-{solver}",
+        solver=solver,
         seconds=time.perf_counter() - start,
-        info={"sdp_size": U.shape[1] + V.shape[1], "cvxpy_status": problem.status},
+        info=info,
     )
 
 

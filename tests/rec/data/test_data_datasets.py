@@ -46,14 +46,14 @@ def test_prepare_then_load_from_the_cache(shared_data, tmp_path):
     path = datasets.prepare("lastfm", shared_data / "lastfm", tmp_path)
     assert path == tmp_path / "lastfm" / "interactions.npz"
     assert sorted(p.name for p in path.parent.iterdir()) == ["interactions.npz", "meta.json"]
-    cached = load_dataset("lastfm", cache=tmp_path)
+    cached = load_dataset("lastfm", cache_dir=tmp_path)
     direct = load_dataset("lastfm", root=shared_data)
     assert (cached.user == direct.user).all() and (cached.item == direct.item).all()
 
 
 def test_unprepared_dataset_says_how_to_prepare(tmp_path):
     with pytest.raises(DataFormatError, match="attnsvm data prepare beauty --from PATH"):
-        load_dataset("beauty", cache=tmp_path)
+        load_dataset("beauty", cache_dir=tmp_path)
 
 
 def test_synthetic_is_registered_and_built_in(tmp_path):
@@ -61,7 +61,7 @@ def test_synthetic_is_registered_and_built_in(tmp_path):
     data = load_dataset("synthetic")
     assert (data.num_users, data.num_items, len(data)) == (2000, 300, 40_000)
     stored = datasets.download("synthetic", tmp_path, progress=False)
-    assert load_dataset("synthetic", cache=tmp_path).item.tolist() == data.item.tolist()
+    assert load_dataset("synthetic", cache_dir=tmp_path).item.tolist() == data.item.tolist()
     assert stored.exists()
 
 
@@ -90,7 +90,7 @@ def test_prepare_verifies_the_registered_sha256(tmp_path, toy_spec):
     datasets.prepare("toy", raw, tmp_path / "cache", verify=False)
     toy_spec(sha256=hashlib.sha256(PAIRS).hexdigest())
     datasets.prepare("toy", tmp_path, tmp_path / "cache2")  # a folder holding the file
-    assert len(load_dataset("toy", cache=tmp_path / "cache2")) == 9
+    assert len(load_dataset("toy", cache_dir=tmp_path / "cache2")) == 9
 
 
 def test_prepare_reads_a_zip_archive(tmp_path, toy_spec):
@@ -100,7 +100,7 @@ def test_prepare_reads_a_zip_archive(tmp_path, toy_spec):
         z.writestr("toy/toy.txt", PAIRS)
     toy_spec()
     datasets.prepare("toy", archive, tmp_path / "cache")
-    assert load_dataset("toy", cache=tmp_path / "cache").source.endswith("toy.zip:toy/toy.txt")
+    assert load_dataset("toy", cache_dir=tmp_path / "cache").source.endswith("toy.zip:toy/toy.txt")
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_download_verifies_the_checksum_and_prepares(tmp_path, http_root, toy_sp
     md5 = hashlib.md5((www / "toy.zip").read_bytes()).hexdigest()
     toy_spec(url=f"{base}/toy.zip", checksum=f"md5:{md5}")
     path = datasets.download("toy", tmp_path / "cache", progress=False)
-    assert len(load_dataset("toy", cache=tmp_path / "cache")) == 9
+    assert len(load_dataset("toy", cache_dir=tmp_path / "cache")) == 9
     assert sorted(p.name for p in path.parent.iterdir()) == ["interactions.npz", "meta.json",
                                                              "toy.zip"]
 

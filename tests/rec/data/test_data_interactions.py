@@ -137,3 +137,11 @@ def test_load_of_a_damaged_cache_names_the_file(tmp_path):
     bad.write_bytes(b"not a zip")
     with pytest.raises(DataFormatError, match=r"bad\.npz"):
         Interactions.load(bad)
+
+
+@given(st.lists(st.integers(-5, 3000), min_size=1, max_size=50))
+def test_id_maps_equal_numpy_unique(ids):
+    values = np.array(ids)
+    data = Interactions.from_columns(values, values)
+    assert data.user_ids.tolist() == np.unique(values).tolist()
+    assert data.user_ids[data.user].tolist() == sorted(ids)

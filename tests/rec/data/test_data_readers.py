@@ -3,6 +3,8 @@
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from attnsvm.rec.data import readers
 
@@ -95,3 +97,18 @@ def test_read_auto_picks_the_reader(tmp_path, name, text, reader):
     got = readers.read_auto(path)
     assert events(got) == events(expected)
     assert np.array_equal(got.user, expected.user)
+
+
+rating_rows = st.lists(st.tuples(st.integers(-3, 40), st.integers(0, 2**40), st.integers(1, 5),
+                                 st.integers(0, 10**9)), min_size=1, max_size=30)
+
+
+@given(rating_rows, st.sampled_from(["::", "\t"]))
+def test_fast_and_line_by_line_paths_agree(rows, sep):
+    # CRLF line ends send the reader down the line-by-line path; LF ones through polars
+    lines = [sep.join(map(str, row)) for row in rows]
+    reader = readers.read_movielens_dat if sep == "::" else readers.read_movielens_udata
+    fast = reader("ratings", "\n".join(lines).encode())
+    slow = reader("ratings", "\r\n".join(lines).encode())
+    for name in ("user", "item", "user_ids", "item_ids", "timestamp", "rating"):
+        assert np.array_equal(getattr(fast, name), getattr(slow, name))

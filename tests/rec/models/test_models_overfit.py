@@ -14,15 +14,6 @@ TINY = {"hidden_size": 32, "ffn_size": 32, "num_heads": 2, "max_len": LENGTH, "d
 TINY |= {"attention_dropout": 0.0}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny ops run ~7× faster on one thread than on two contended ones (and xdist runs two)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny_dataset() -> torch.Tensor:
     generator = torch.Generator().manual_seed(0)
     firsts = torch.randperm(NUM_ITEMS, generator=generator)[:USERS] + 1

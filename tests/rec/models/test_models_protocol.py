@@ -121,6 +121,7 @@ def test_attention_trace_and_modules(name: str) -> None:
     trace = net(seq, return_attention=True, return_layer_inputs=True)
     torch.testing.assert_close(trace.hidden, net(seq), atol=1e-6, rtol=0)
     assert [w.shape for w in trace.attention] == [(3, 2, 12, 12)] * 3
+    assert all(map(torch.equal, net.attention_weights(seq), trace.attention))
     assert len(trace.layer_inputs) == 3
     modules = net.attention_modules()
     assert len(modules) == 3 and all(isinstance(m, MultiHeadAttention) for m in modules)
@@ -185,7 +186,7 @@ def test_bad_input_is_refused_clearly() -> None:
         net(torch.ones(2, 13, dtype=torch.long))
     with pytest.raises(ValueError, match="LongTensor"):
         net(torch.ones(2, 3))
-    with pytest.raises(ValueError, match="item ids must lie in 0..50"):
+    with pytest.raises(ValueError, match=r"item ids must lie in 0\.\.50"):
         net.score_last(torch.full((1, 3), NUM_ITEMS + 1))
 
 
@@ -218,5 +219,5 @@ def test_presets_carry_their_losses() -> None:
 
 
 def test_parameter_count_matches_the_reference_sasrec() -> None:
-    """282,048 parameters for d = 64, 2 blocks, 3,416 items, len 200 (peers.md: all four libraries)."""
+    """282,048 parameters for d = 64, 2 blocks, 3,416 items, len 200, as in peers.md."""
     assert sum(p.numel() for p in build_model("sasrec+", 3416).parameters()) == 282_048

@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask, reference_attention
 from attnsvm.rec.nn.blocks import NORM_LAYOUTS, TransformerEncoder
@@ -26,6 +28,26 @@ def test_sdpa_equals_reference_path(causal: bool, num_heads: int) -> None:
     assert weights.shape == (3, num_heads, 7, 7)
     torch.testing.assert_close(fast, slow, atol=1e-6, rtol=0)
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, num_heads, 7, dtype=torch.float64))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    batch=st.integers(1, 4),
+    length=st.integers(1, 9),
+    heads=st.sampled_from([1, 2, 4]),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_sdpa_equals_reference_on_random_shapes(batch, length, heads, causal, seed) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    attention = MultiHeadAttention(8, heads).double().eval()
+    x = torch.randn(batch, length, 8, generator=generator, dtype=torch.float64)
+    lengths = torch.randint(0, length + 1, (batch,), generator=generator).tolist()
+    mask = attention_mask(left_padded(lengths, length), causal)
+    fast, _ = attention(x, x, mask)
+    slow, _ = attention(x, x, mask, return_weights=True)
+    torch.testing.assert_close(fast, slow, atol=1e-6, rtol=0)
 
 
 def test_attention_mask_hides_padding_and_future() -> None:

@@ -39,14 +39,9 @@ def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
 
 def windows(items: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_len: int) -> np.ndarray:
     """Left-padded ``(len(starts), max_len)`` matrix of ``items[max(start, end - max_len):end]``."""
-    lengths = np.clip(ends - starts, 0, max_len)
-    out = np.zeros((starts.size, max_len), dtype=np.int64)
-    row = np.repeat(np.arange(starts.size), lengths)
-    within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    out[row, np.repeat(max_len - lengths, lengths) + within] = items[
-        np.repeat(ends - lengths, lengths) + within
-    ]
-    return out
+    index = ends[:, None] + np.arange(-max_len, 0)  # the max_len positions before each end
+    inside = index >= starts[:, None]
+    return np.where(inside, np.take(items, index, mode="clip"), 0)  # clip: masked anyway
 
 
 def _order(count: int, rng: np.random.Generator, shuffle: bool) -> np.ndarray:

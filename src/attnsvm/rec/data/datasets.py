@@ -194,7 +194,7 @@ DATASETS: dict[str, DatasetSpec] = {
     )
 }
 
-def cache_dir(override: str | Path | None = None) -> Path:
+def resolve_cache_dir(override: str | Path | None = None) -> Path:
     """``override``, else ``$ATTNSVM_DATA``, else ``~/.cache/attnsvm``."""
     if override is not None:
         return Path(override)
@@ -208,14 +208,6 @@ def spec(name: str) -> DatasetSpec:
     except KeyError:
         known = ", ".join(DATASETS)
         raise KeyError(f"unknown dataset {name!r}; known: {known}") from None
-
-
-def file_digest(path: Path, algorithm: str = "sha256") -> str:
-    digest = hashlib.new(algorithm)
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _verify(source: str, data: bytes, expected: str | None) -> str:
@@ -281,15 +273,15 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def prepared_path(name: str, cache: str | Path | None = None) -> Path:
-    return cache_dir(cache) / name / "interactions.npz"
+def prepared_path(name: str, cache_dir: str | Path | None = None) -> Path:
+    return resolve_cache_dir(cache_dir) / name / "interactions.npz"
 
 
-def prepare(name: str, source_path: str | Path, cache: str | Path | None = None,
+def prepare(name: str, source_path: str | Path, cache_dir: str | Path | None = None,
             *, verify: bool = True) -> Path:
     """Read ``name`` from a local copy, preprocess it and store it in the cache."""
     table, meta = read_raw(name, source_path, verify=verify)
-    target = prepared_path(name, cache)
+    target = prepared_path(name, cache_dir)
     stats = table.stats(name)
     meta |= {"users": stats.users, "items": stats.items, "interactions": stats.interactions}
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -339,27 +331,27 @@ def fetch(url: str, target: Path, checksum: str | None, *, progress: bool = True
     return target
 
 
-def download(name: str, cache: str | Path | None = None, *, progress: bool = True) -> Path:
+def download(name: str, cache_dir: str | Path | None = None, *, progress: bool = True) -> Path:
     """Fetch ``name``'s official file into the cache, verify it, and prepare it (a built-in
     dataset is generated and stored instead)."""
     dataset = spec(name)
     if dataset.generate is not None:
         table = dataset.generate()
         meta = {"dataset": name, "generated": dataset.description}
-        return table.save(prepared_path(name, cache), meta)
+        return table.save(prepared_path(name, cache_dir), meta)
     if dataset.url is None:
         raise DataFormatError(
             name, f"has no public download URL; prepare it from a local copy "
             f"(attnsvm data prepare {name} --from PATH)"
         )
-    raw = cache_dir(cache) / name / Path(dataset.url).name
+    raw = resolve_cache_dir(cache_dir) / name / Path(dataset.url).name
     if not raw.exists():
         fetch(dataset.url, raw, dataset.checksum, progress=progress)
-    return prepare(name, raw, cache)
+    return prepare(name, raw, cache_dir)
 
 
 def load_dataset(name_or_path: str | Path, *, root: str | Path | None = None,
-                 cache: str | Path | None = None) -> Interactions:
+                 cache_dir: str | Path | None = None) -> Interactions:
     """A registered dataset (standard preprocessing applied), ``synthetic``, or a file.
 
     With ``root`` the raw files are read from ``root/<folder>`` (e.g. ``../shared/data``);
@@ -375,7 +367,7 @@ def load_dataset(name_or_path: str | Path, *, root: str | Path | None = None,
             root = Path(root)
             folder = next((root / f for f in dataset.folders if (root / f).is_dir()), root)
             return read_raw(name, folder)[0]
-        cached = prepared_path(name, cache)
+        cached = prepared_path(name, cache_dir)
         if not cached.exists():
             raise DataFormatError(
                 cached, f"{name} is not prepared: run `attnsvm data prepare {name} --from PATH` "

@@ -12,7 +12,9 @@ Rules (each is tested against a brute-force reference):
   item stays rankable.
 * **Ties.** Among equal scores the lower item id ranks first, exactly, also at the top-k
   boundary (``torch.topk`` alone does not guarantee which tied item it keeps).
-* **Short lists.** Where fewer than k items remain rankable, the tail of the row is 0.
+* **Short lists.** Items scored -inf are never recommended; where fewer than k items remain
+  rankable, the tail of the row is 0.
+* **NaN.** A NaN score among the rankable items stops the evaluation with a ValueError.
 """
 
 from __future__ import annotations
@@ -45,22 +47,26 @@ def check_item_ids(task: EvalTask, num_items: int) -> None:
 
 
 def batch_scores(score_fn: ScoreFn, rows: np.ndarray, num_items: int) -> torch.Tensor:
-    """Call the model on one batch and check what came back (shape, NaN); ints become float64."""
+    """Call the model on one batch and check the shape of what came back; ints become float64."""
     scores = score_fn(rows)
     if not isinstance(scores, torch.Tensor) or scores.shape != (rows.size, num_items + 1):
         shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
         raise ValueError(f"score_fn returned {shape}; expected ({rows.size}, {num_items + 1})")
-    if not scores.is_floating_point():
-        scores = scores.to(torch.float64)
-    if torch.isnan(scores).any():
+    return scores if scores.is_floating_point() else scores.to(torch.float64)
+
+
+def check_no_nan(best: torch.Tensor, rows: np.ndarray) -> None:
+    """``best`` = each row's top score; torch ranks NaN above everything, so NaN shows there."""
+    if torch.isnan(best).any():
         raise ValueError(f"score_fn returned NaN scores for task rows {rows[0]}..{rows[-1]}")
-    return scores
 
 
 def csr_block(seqs: Sequences, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """Batch-local row indices and items of rows start..stop-1, for one vectorised scatter."""
     lo, hi = seqs.offsets[start], seqs.offsets[stop]
-    local_rows = np.repeat(np.arange(stop - start, dtype=np.int64), seqs.lengths[start:stop])
+    local_rows = np.repeat(
+        np.arange(stop - start, dtype=np.int64), np.diff(seqs.offsets[start : stop + 1])
+    )
     return local_rows, seqs.items[lo:hi]
 
 
@@ -79,15 +85,15 @@ def mask_batch(
     scores[t_rows, t_items] = target_scores
 
 
-def topk_lower_id_first(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Top-k item ids per row ordered by (score desc, id asc); -inf entries become id 0."""
-    values, ids = torch.topk(scores, k, dim=1)
-    boundary = values[:, -1:]
-    # topk keeps an arbitrary subset of the items tied at the k-th score; rows where some tied
-    # item was left out are re-ranked by a full stable sort (exact, and rare for real models).
-    tied_total = (scores == boundary).sum(dim=1)
-    tied_kept = (values == boundary).sum(dim=1)
-    ambiguous = torch.nonzero((tied_total > tied_kept) & (boundary[:, 0] > -torch.inf))[:, 0]
+def topk_lower_id_first(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k (scores, item ids) per row ordered by (score desc, id asc); -inf entries get id 0."""
+    values, ids = torch.topk(scores, k + 1, dim=1)
+    # topk keeps an arbitrary subset of the items tied at the k-th score. A tie crosses the
+    # boundary exactly when the (k+1)-th score equals the k-th; those rows are re-ranked by a
+    # full stable sort (exact, and rare for real models).
+    boundary = values[:, k - 1]
+    ambiguous = torch.nonzero((values[:, k] == boundary) & (boundary > -torch.inf))[:, 0]
+    values, ids = values[:, :k], ids[:, :k]
     if ambiguous.numel():
         order = torch.sort(scores[ambiguous], dim=1, descending=True, stable=True).indices
         ids[ambiguous] = order[:, :k]
@@ -97,7 +103,7 @@ def topk_lower_id_first(scores: torch.Tensor, k: int) -> torch.Tensor:
     values = torch.gather(values, 1, by_id)
     values, by_score = torch.sort(values, dim=1, descending=True, stable=True)
     ids = torch.gather(ids, 1, by_score)
-    return ids.masked_fill_(values == -torch.inf, 0)
+    return values, ids.masked_fill_(values == -torch.inf, 0)
 
 
 def rank_topk(
@@ -122,7 +128,9 @@ def rank_topk(
             rows = np.arange(start, stop, dtype=np.int64)
             scores = batch_scores(score_fn, rows, num_items)
             mask_batch(scores, task, start, stop, exclude_seen)
-            out[start:stop] = topk_lower_id_first(scores, k).cpu().numpy()
+            values, ids = topk_lower_id_first(scores, k)
+            check_no_nan(values[:, 0], rows)
+            out[start:stop] = ids.cpu().numpy()
     return out
 
 
@@ -130,7 +138,7 @@ def protocol_label(exclude_seen: bool) -> str:
     return f"full ranking, seen items {'excluded' if exclude_seen else 'kept'}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays inside: no element-wise __eq__
 class EvalResult:
     """Mean metrics, per-user metric arrays (row r = user ``users[r]``) and the protocol used."""
 

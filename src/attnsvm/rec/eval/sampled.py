@@ -24,6 +24,7 @@ from attnsvm.rec.eval.ranking import (
     ScoreFn,
     batch_scores,
     check_item_ids,
+    check_no_nan,
     csr_block,
     topk_lower_id_first,
 )
@@ -102,13 +103,16 @@ def rank_among_candidates(
     with torch.inference_mode():
         for start in range(0, len(task), batch_size):
             stop = min(start + batch_size, len(task))
-            scores = batch_scores(score_fn, np.arange(start, stop, dtype=np.int64), num_items)
+            rows = np.arange(start, stop, dtype=np.int64)
+            scores = batch_scores(score_fn, rows, num_items)
             candidates = torch.zeros_like(scores, dtype=torch.bool)
             rows, items = (torch.from_numpy(a) for a in csr_block(task.targets, start, stop))
             candidates[rows.to(scores.device), items.to(scores.device)] = True
             candidates.scatter_(1, torch.from_numpy(negatives[start:stop]).to(scores.device), True)
             scores.masked_fill_(~candidates, -torch.inf)
-            out[start:stop] = topk_lower_id_first(scores, k).cpu().numpy()
+            values, ids = topk_lower_id_first(scores, k)
+            check_no_nan(values[:, 0], rows)
+            out[start:stop] = ids.cpu().numpy()
     return out
 
 

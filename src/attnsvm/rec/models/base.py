@@ -192,6 +192,8 @@ class SequentialRecommender(nn.Module):
         super().__init__()
         if num_items < 2:
             raise ValueError(f"num_items must be ≥ 2, got {num_items}")
+        if self.objective not in OBJECTIVES:
+            raise TypeError(f"{type(self).__name__}.objective must be one of {OBJECTIVES}")
         if not isinstance(config, self.config_class):
             raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}")
         self.num_items = num_items
@@ -245,6 +247,10 @@ class SequentialRecommender(nn.Module):
             raise ValueError(f"item ids must lie in 0..{self.num_items} (0 = padding)")
         hidden = self(self.scoring_input(item_seq))
         return self.logits(hidden[:, -1])
+
+    def attention_weights(self, item_seq: torch.Tensor) -> list[torch.Tensor]:
+        """Per layer (B, H, L, L) attention weights, from the explicit-matmul reference path."""
+        return self(item_seq, return_attention=True).attention
 
     def attention_modules(self) -> list[MultiHeadAttention]:
         return [m for m in self.modules() if isinstance(m, MultiHeadAttention)]

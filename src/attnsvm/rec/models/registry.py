@@ -11,10 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from attnsvm.rec.models.actsr import ACTSR, ACTSRConfig
+from attnsvm.rec.models.adamct import AdaMCT, AdaMCTConfig
 from attnsvm.rec.models.base import LossConfig, SequentialRecommender, TransformerConfig
 from attnsvm.rec.models.bert4rec import BERT4Rec, BERT4RecConfig
 from attnsvm.rec.models.bsarec import BSARec, BSARecConfig
+from attnsvm.rec.models.convformer import ConvFormer, ConvFormerConfig
+from attnsvm.rec.models.knn import BASELINES
+from attnsvm.rec.models.matrrec import MaTrRec, MaTrRecConfig
 from attnsvm.rec.models.sasrec import SASRec, SASRecConfig
+from attnsvm.rec.models.ssept import SSEPT, SSEPTConfig
+from attnsvm.rec.models.strec import STRec, STRecConfig
 
 
 class ModelSpec(NamedTuple):
@@ -27,6 +34,12 @@ MODELS: dict[str, ModelSpec] = {
     "sasrec": ModelSpec(SASRecConfig, SASRec, "causal self-attention recommender (Kang 2018)"),
     "bert4rec": ModelSpec(BERT4RecConfig, BERT4Rec, "bidirectional cloze recommender (Sun 2019)"),
     "bsarec": ModelSpec(BSARecConfig, BSARec, "Fourier filter beside self-attention (Shin 2024)"),
+    "ssept": ModelSpec(SSEPTConfig, SSEPT, "SASRec + user embedding + SSE regulariser (Wu 2020)"),
+    "actsr": ModelSpec(ACTSRConfig, ACTSR, "attention calibration plug-in (Zhou 2023)"),
+    "convformer": ModelSpec(ConvFormerConfig, ConvFormer, "large-kernel conv mixer (Wang 2023)"),
+    "adamct": ModelSpec(AdaMCTConfig, AdaMCT, "attention + CNN, per-user gate (Jiang 2023)"),
+    "matrrec": ModelSpec(MaTrRecConfig, MaTrRec, "Mamba block + transformer layer (Zhang 2024)"),
+    "strec": ModelSpec(STRecConfig, STRec, "time-scored sparse cross-attention pyramid (Li 2023)"),
 }
 
 
@@ -99,4 +112,5 @@ def catalogue() -> list[tuple[str, str]]:
     """``(name, one-line description)`` of every model and preset, sorted by name."""
     rows = {name: spec.description for name, spec in MODELS.items()}
     rows.update({name: preset.description for name, preset in PRESETS.items()})
+    rows.update({name: description for name, (_, description) in BASELINES.items()})
     return sorted(rows.items())

@@ -7,7 +7,8 @@ output table as in gSASRec). Every position is trained to predict the next item.
 Defaults follow the official code and Klenitskiy & Vasilev's SASRec+ config: d = 64, 2 blocks,
 1 head, FFN 64, dropout 0.1, max_len 200, the "sasrec" block layout (only the queries are
 normalised), embeddings × √d (``scale_embeddings=True``; with Normal(0, 0.02) init the item
-embeddings are otherwise swamped by the position embeddings early in training).
+embeddings are otherwise swamped by the position embeddings early in training). Padding keys
+are masked out of attention, as in the official TF code (the pmixer PyTorch port does not).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
 
 @dataclass(frozen=True)
 class SASRecConfig(TransformerConfig):
-    pass
+    """SASRec uses the ``TransformerConfig`` defaults unchanged (see the module docstring)."""
 
 
 class SASRec(SequentialRecommender):

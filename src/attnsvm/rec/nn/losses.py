@@ -17,11 +17,12 @@ nothing to BCE/gBCE and get logit −∞ in sampled softmax, as in TensorFlow's
   ``α = k / (|I| − 1)``. t = 0 gives β = 1 (plain BCE); t = 1 gives calibrated probabilities.
   gSASRec's TF code feeds ``γ = log(1/(σ(s⁺)^(−β) − 1))`` to plain BCE; since
   ``−log σ(γ) = −β log σ(s⁺)`` exactly, we use ``β · softplus(−s⁺)``, which is stable in float32
-  (as in gSASRec-pytorch's ``gbce.py``).
+  (as in gSASRec-pytorch's ``gbce.py``). |I| is the number of items, as in the paper
+  (gSASRec-pytorch passes ``pool_size = num_items − 1`` and so uses k / (|I| − 2)).
 - ``sampled_softmax_loss``: cross-entropy of the positive against the k negatives. With
   ``log_q`` (num_items + 1,), the log-probability that the sampler draws each item, every sampled
   logit, **the positive's included**, becomes ``s − log q`` (the log-q correction of Jean et al.
-  2015 / Yi et al. 2019; it makes the sampled softmax an unbiased estimate of the full one). With
+  2015 / Yi et al. 2019; it removes the bias of sampling popular items more often). With
   uniform negatives log q is constant and the correction changes nothing.
 - ``full_ce_loss``: softmax cross-entropy over the whole catalogue (the padding item 0 excluded).
   ``chunk_size`` bounds memory: logits exist only for ``chunk_size`` rows at a time (see

@@ -19,7 +19,7 @@ from torch import nn
 def sse_replace(
     ids: torch.Tensor, probability: float, num_ids: int, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """``ids`` with each non-zero entry replaced, with ``probability``, by a uniform id 1..num_ids."""
+    """``ids`` with each non-zero entry replaced with ``probability`` by a uniform id 1..num_ids."""
     if not 0.0 <= probability <= 1.0:
         raise ValueError(f"SSE probability must lie in [0, 1], got {probability}")
     if probability == 0.0:

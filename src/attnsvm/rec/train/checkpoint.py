@@ -51,6 +51,7 @@ def _atomic(path: Path, write) -> None:
     os.close(handle)
     try:
         write(temporary)
+        os.chmod(temporary, 0o644)  # mkstemp creates 0600; a run directory is meant to be shared
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -58,7 +59,7 @@ def _atomic(path: Path, write) -> None:
 
 
 def save_weights(model: torch.nn.Module, path: Path) -> None:
-    """The model's state dict as safetensors (tied parameters stored once, under their first key)."""
+    """The state dict as safetensors; tied parameters are stored once, under their first key."""
     tensors: dict[str, torch.Tensor] = {}
     seen: dict[tuple, str] = {}
     aliases: dict[str, str] = {}

@@ -19,12 +19,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+CPU = torch.device("cpu")
+
 
 @dataclass(frozen=True)
 class Context:
     rank: int = 0
     world_size: int = 1
-    device: torch.device = torch.device("cpu")
+    device: torch.device = CPU
 
     @property
     def is_main(self) -> bool:

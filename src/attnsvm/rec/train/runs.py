@@ -64,11 +64,18 @@ def evaluate_run(run_dir: str | Path, split: str = "test") -> EvalResult:
     data = load_split(run.config.data)
     if data.num_items != run.model.num_items:
         raise ValueError(
-            f"{run.run_dir}: the data now has {data.num_items} items, the model {run.model.num_items}"
+            f"{run.run_dir}: the data now has {data.num_items} items, "
+            f"the model {run.model.num_items}"
         )
     popularity = np.bincount(data.train.items, minlength=data.num_items + 1)
-    return evaluate_model(run.model, getattr(data, split), data.num_items, run.config.eval,
-                          run.max_len, popularity=popularity)
+    return evaluate_model(
+        run.model,
+        getattr(data, split),
+        data.num_items,
+        run.config.eval,
+        run.max_len,
+        popularity=popularity,
+    )
 
 
 def user_history(run: LoadedRun, user: object) -> list:
@@ -83,8 +90,9 @@ def user_history(run: LoadedRun, user: object) -> list:
     return data.item_ids[sequences.row(rows[str(user)])].tolist()
 
 
-def recommend(run_dir: str | Path, user: object = None, history: list | None = None,
-              k: int = 10) -> list:
+def recommend(
+    run_dir: str | Path, user: object = None, history: list | None = None, k: int = 10
+) -> list:
     """Top-k external item ids after ``history`` (or user ``user``'s history), seen excluded."""
     if (user is None) == (history is None):
         raise ValueError("give exactly one of user or history")

@@ -65,9 +65,10 @@ from attnsvm.rec.train.checkpoint import (
 )
 from attnsvm.rec.train.objectives import (
     Examples,
-    NegativeSampler,
+    log_q,
     make_batch,
     make_examples,
+    negative_sampler,
 )
 
 Optimizer = torch.optim.Optimizer
@@ -146,8 +147,13 @@ def _autocast(device: torch.device, enabled: bool):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
-def score_function(model: SequentialRecommender, task: EvalTask, max_len: int,
-                   device: torch.device, bf16: bool = False):
+def score_function(
+    model: SequentialRecommender,
+    task: EvalTask,
+    max_len: int,
+    device: torch.device,
+    bf16: bool = False,
+):
     """``rows → (len(rows), num_items + 1)`` next-item scores after each row's history."""
 
     def score(rows: np.ndarray) -> torch.Tensor:
@@ -220,8 +226,13 @@ def _tensorboard(folder: Path):
 class _Loop:
     """State of one run in progress (kept in one place so resume can save and restore it)."""
 
-    def __init__(self, config: RunConfig, split: Split, model: SequentialRecommender,
-                 context: distributed.Context) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        split: Split,
+        model: SequentialRecommender,
+        context: distributed.Context,
+    ) -> None:
         self.config = config
         self.split = split
         self.model = model.to(context.device)
@@ -231,10 +242,8 @@ class _Loop:
         self.objective = model.objective
         self.examples: Examples = make_examples(split.train, self.objective)
         self.popularity = np.bincount(split.train.items, minlength=split.num_items + 1)
-        self.sampler = (
-            NegativeSampler(split.num_items, self.loss.sampler, self.popularity)
-            if self.loss.sampled else None
-        )
+        self.log_q = log_q(self.loss.sampler, self.popularity) if self.loss.sampled else None
+        self.sampler = None  # this epoch's negative sampler, re-seeded per epoch
         train = config.train
         self.optimizer = OPTIMIZERS[train.optimizer](model.parameters(), train)
         warmup = train.warmup_steps
@@ -293,7 +302,8 @@ class _Loop:
         total = int(has_target.sum())
         negatives = None
         if self.sampler is not None:
-            negatives = self.sampler.sample(total, self.loss.num_negatives, generator)
+            positives = targets[has_target] if per_position else targets
+            negatives = self.sampler.sample(positives, self.loss.num_negatives)
         owned = distributed.shard(len(inputs), self.context)
         before = int(has_target[: owned.start].sum())
         local_mask = has_target[owned]
@@ -303,7 +313,7 @@ class _Loop:
         local_mask = local_mask.to(device)
         if negatives is not None:
             negatives = negatives[before : before + count].to(device)
-        log_q = self.sampler.log_q.to(device) if self.sampler is not None else None
+        item_log_q = self.log_q.to(device) if self.log_q is not None else None
 
         def closure() -> float:
             self.optimizer.zero_grad(set_to_none=False)
@@ -313,8 +323,12 @@ class _Loop:
                 positives = targets[local_mask] if per_position else targets
                 if count:
                     loss = self.loss.compute(
-                        hidden, positives, self.model.output_embedding(),
-                        self.model.output_bias(), negatives, log_q,
+                        hidden,
+                        positives,
+                        self.model.output_embedding(),
+                        self.model.output_bias(),
+                        negatives,
+                        item_log_q,
                     )
                     # shares of the global mean: summing gradients over processes gives its
                     # gradient whatever the number of processes
@@ -347,6 +361,10 @@ class _Loop:
         epoch = self.epoch + 1
         generator = torch.Generator().manual_seed(epoch_seed(train.seed, epoch, 0))
         torch.manual_seed(epoch_seed(train.seed, epoch, 1))
+        if self.loss.sampled:
+            self.sampler = negative_sampler(
+                self.loss.sampler, self.popularity, epoch_seed(train.seed, epoch, 2)
+            )
         order = torch.randperm(len(self.examples), generator=generator).numpy()
         batches = [order[i : i + train.batch_size] for i in range(0, len(order), train.batch_size)]
         if train.steps_per_epoch is not None:
@@ -363,8 +381,13 @@ class _Loop:
         progress.remove_task(task)
         start = time.perf_counter()
         valid = evaluate_model(
-            self.model, self.valid_task, self.split.num_items, self.config.eval, self.max_len,
-            context=self.context, bf16=train.bf16,
+            self.model,
+            self.valid_task,
+            self.split.num_items,
+            self.config.eval,
+            self.max_len,
+            context=self.context,
+            bf16=train.bf16,
         )
         self.epoch = epoch
         return {
@@ -431,14 +454,18 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
             run = RunDirectory.create(run_dir)
             resolved = RunConfig(config.model, config.data, loop.loss, config.train, config.eval)
             save_config(resolved, run.work / "config.json")
-            atomic_write_json(run.work / "model.json", {
-                "model": resolve(config.model.name)[0],
-                "num_items": split.num_items,
-                "model_config": model.config.to_dict(),
-            })
-            atomic_write_json(run.work / "id_maps.json", {
-                "items": split.item_ids.tolist(), "users": split.user_ids.tolist()
-            })
+            atomic_write_json(
+                run.work / "model.json",
+                {
+                    "model": resolve(config.model.name)[0],
+                    "num_items": split.num_items,
+                    "model_config": model.config.to_dict(),
+                },
+            )
+            atomic_write_json(
+                run.work / "id_maps.json",
+                {"items": split.item_ids.tolist(), "users": split.user_ids.tolist()},
+            )
         distributed.barrier(context)
     if state is not None:
         loop.restore(state)
@@ -480,8 +507,14 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
         writer.close()
     load_weights(model, run.work / WEIGHTS)
     test = evaluate_model(
-        model, split.test, split.num_items, config.eval, loop.max_len,
-        popularity=loop.popularity, context=context, bf16=config.train.bf16,
+        model,
+        split.test,
+        split.num_items,
+        config.eval,
+        loop.max_len,
+        popularity=loop.popularity,
+        context=context,
+        bf16=config.train.bf16,
     )
     best_record = next(r for r in loop.history if r["epoch"] == loop.best_epoch)
     train_seconds = float(sum(r["train_seconds"] for r in loop.history))
@@ -499,17 +532,29 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
         if config.eval.sampled_negatives is not None:
             sampled = sampled_evaluate(
                 score_function(model, split.test, loop.max_len, context.device),
-                split.test, split.num_items, config.eval.sampled_negatives,
-                config.eval.sampled_sampler, seed=config.train.seed, ks=config.eval.ks,
-                item_popularity=loop.popularity, batch_size=config.eval.batch_size,
+                split.test,
+                split.num_items,
+                config.eval.sampled_negatives,
+                config.eval.sampled_sampler,
+                seed=config.train.seed,
+                ks=config.eval.ks,
+                item_popularity=loop.popularity,
+                batch_size=config.eval.batch_size,
             )
             metrics["test_sampled"] = sampled.metrics
         test.save(run.work / "test_eval.json")
         atomic_write_json(run.work / "metrics.json", metrics)
         run.finish()
     distributed.barrier(context)
-    return RunResult(run.final, test.metrics, best_record["valid"], loop.best_epoch, loop.epoch,
-                     stopped_early, train_seconds)
+    return RunResult(
+        run.final,
+        test.metrics,
+        best_record["valid"],
+        loop.best_epoch,
+        loop.epoch,
+        stopped_early,
+        train_seconds,
+    )
 
 
 def _write_log(path: Path, history: list[dict[str, Any]]) -> None:
@@ -540,8 +585,9 @@ def _summary(record: dict[str, Any], metric: str, best: bool) -> str:
 def demo_config() -> RunConfig:
     """A small SASRec+ that learns the built-in planted data in well under two minutes."""
     return RunConfig(
-        model=ModelChoice("sasrec+", {"hidden_size": 32, "ffn_size": 32, "dropout": 0.1,
-                                      "attention_dropout": 0.1}),
+        model=ModelChoice(
+            "sasrec+", {"hidden_size": 32, "ffn_size": 32, "dropout": 0.1, "attention_dropout": 0.1}
+        ),
         data=DataConfig(dataset="synthetic", max_len=20),
         train=TrainConfig(epochs=15, batch_size=128, lr=3e-3, patience=5, seed=0),
         eval=EvalConfig(ks=(1, 5, 10, 20)),

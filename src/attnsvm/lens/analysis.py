@@ -1,0 +1,309 @@
+"""A head's attention read as an Att-SVM (theory.md §2): selection, optimality, max-margin fit.
+
+Sequences have different lengths, so the Att-SVM of a selection ``alpha`` is posed in its pair
+form: every constraint ``(x_{iα_i} − x_it)ᵀ W z_i ≥ 1`` (t a real token ≠ α_i) becomes a
+two-token sequence ``[x_{iα_i}, x_it]`` with query ``z_i`` and selection 0. That is the same
+problem (the same constraints, the same objective), solved by ``attnsvm.theory.svm``.
+
+When no ``W`` meets every margin (the theory's solvers return ``infeasible`` with a
+certificate), the soft-margin variant ``min ||W|| + C Σ_k ξ_k`` s.t. margins ``≥ 1 − ξ_k``,
+``ξ ≥ 0`` is solved instead (cvxpy + Clarabel), with ``C = SOFT_MARGIN_C`` unless stated.
+
+Per sequence the selected token (``argmax`` attention) is **globally optimal** (it is the
+score's argmax), **locally optimal** (it beats every SVM-neighbour in score, theory.md §2.5,
+the neighbours from the Frobenius Att-SVM of the selection) or **neither**.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import cvxpy as cp
+import numpy as np
+
+from attnsvm.theory import svm
+from attnsvm.theory.tokens import NEIGHBOR_TOL, locally_optimal_sequences
+
+#: Weight of the slack in the soft-margin Att-SVM ``min ||W|| + C Σ ξ`` (per violated unit).
+SOFT_MARGIN_C = 1.0
+#: Relative singular-value cut-off for the ranks reported (theory.md §3.5).
+RANK_RTOL = svm.RANK_RTOL
+NORMS = ("frobenius", "nuclear")
+CLASSES = ("global", "local", "neither")
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """The Att-SVM constraints of a selection: sequence ``seq[k]``, rival token ``tok[k]``."""
+
+    seq: np.ndarray  # (N,)
+    tok: np.ndarray  # (N,)
+    X: np.ndarray  # (N, 2, p): [x_{iα_i}, x_it]
+    Z: np.ndarray  # (N, p)
+
+    @classmethod
+    def build(cls, X: np.ndarray, Z: np.ndarray, valid: np.ndarray, alpha: np.ndarray) -> Pairs:
+        n, L, _ = X.shape
+        rival = valid & (np.arange(L)[None, :] != alpha[:, None])
+        seq, tok = np.nonzero(rival)  # row-major: sequence by sequence, tokens in order
+        pairs = np.stack([X[seq, alpha[seq]], X[seq, tok]], axis=1)
+        return cls(seq, tok, pairs, Z[seq])
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def subset(self, keep: np.ndarray) -> Pairs:
+        return Pairs(self.seq[keep], self.tok[keep], self.X[keep], self.Z[keep])
+
+    def margins(self, W: np.ndarray) -> np.ndarray:
+        """``(x_{iα_i} − x_it)ᵀ W z_i`` of every constraint."""
+        delta = self.X[:, 0] - self.X[:, 1]
+        return np.einsum("kp,kp->k", delta, self.Z @ W.T)
+
+
+@dataclass
+class Solution:
+    """One Att-SVM (hard, or soft when the hard one is infeasible) of one selection and norm."""
+
+    norm: str
+    kind: str  # "hard" | "soft"
+    W: np.ndarray
+    objective: float  # ||W||_F or ||W||_* (soft: + C Σ ξ is in ``soft``)
+    seconds: float
+    margins: np.ndarray  # (N,) constraint margins under W
+    soft: dict[str, float] = field(default_factory=dict)  # C, slack sum, violated count
+    rounds: int = 1  # working-set rounds (see ``solve``)
+    working_set: int = 0  # constraints in the final working set
+
+    def neighbours(self, pairs: Pairs, shape: tuple[int, int]) -> np.ndarray:
+        """``(n, L)`` SVM-neighbours: tokens whose margin is at most ``1 + NEIGHBOR_TOL``."""
+        mask = np.zeros(shape, dtype=bool)
+        active = self.margins <= 1.0 + NEIGHBOR_TOL
+        mask[pairs.seq[active], pairs.tok[active]] = True
+        return mask
+
+    def summary(self, model_W: np.ndarray) -> dict:
+        sigma = np.linalg.svd(self.W, compute_uv=False)
+        return {
+            "kind": self.kind,
+            "objective": self.objective,
+            "rank": int(np.sum(sigma > RANK_RTOL * sigma[0])) if sigma[0] > 0 else 0,
+            "correlation": svm.correlation(model_W, self.W),
+            "spectrum": (sigma / sigma[0]).tolist() if sigma[0] > 0 else sigma.tolist(),
+            "seconds": self.seconds,
+            "min_margin": float(self.margins.min()),
+            "working_set": self.working_set,
+            "rounds": self.rounds,
+            **({"soft_margin": self.soft} if self.soft else {}),
+        }
+
+
+def soft_margin(pairs: Pairs, norm: str, C: float = SOFT_MARGIN_C) -> Solution:
+    """``min ||W|| + C Σ ξ`` s.t. ``margin_k ≥ 1 − ξ_k``, ``ξ ≥ 0`` (cvxpy, Clarabel).
+
+    ``P = W Zᵀ`` is its own variable, so each margin touches ``p`` numbers instead of ``p²``.
+    """
+    start = time.perf_counter()
+    queries, first = np.unique(pairs.seq, return_inverse=True)
+    Z = pairs.Z[np.searchsorted(pairs.seq, queries)]
+    delta = pairs.X[:, 0] - pairs.X[:, 1]
+    p = delta.shape[1]
+    W = cp.Variable((p, p))
+    P = cp.Variable((p, len(queries)))
+    slack = cp.Variable(len(pairs), nonneg=True)
+    margins = cp.sum(cp.multiply(delta, P.T[first]), axis=1)
+    regulariser = cp.norm(W, "fro") if norm == "frobenius" else cp.normNuc(W)
+    problem = cp.Problem(cp.Minimize(regulariser + C * cp.sum(slack)),
+                         [P == W @ Z.T, margins >= 1 - slack])
+    problem.solve(solver="CLARABEL")
+    if W.value is None:
+        raise RuntimeError(f"soft-margin Att-SVM: Clarabel returned {problem.status}")
+    value = W.value
+    ksi = np.maximum(1.0 - pairs.margins(value), 0.0)
+    objective = float(np.linalg.norm(value) if norm == "frobenius"
+                      else np.linalg.svd(value, compute_uv=False).sum())
+    return Solution(norm, "soft", value, objective, time.perf_counter() - start,
+                    pairs.margins(value),
+                    {"C": C, "slack_sum": float(ksi.sum()),
+                     "violated": int(np.sum(ksi > 1e-6)), "status": problem.status})
+
+
+#: Rivals per sequence in the first working set (those with the smallest margins under a guide).
+WORKING_RIVALS = 6
+#: Working-set rounds before giving up (each adds every constraint the solution violates).
+MAX_ROUNDS = 50
+
+
+def _solve_all(pairs: Pairs, norm: str, C: float, hard: bool) -> Solution:
+    start = time.perf_counter()
+    if hard:
+        alpha = np.zeros(len(pairs), dtype=np.int64)
+        result = (svm.solve_frobenius if norm == "frobenius" else svm.solve_nuclear)(
+            pairs.X, pairs.Z, alpha)
+        if result.feasible:
+            return Solution(norm, "hard", result.W, result.objective,
+                            time.perf_counter() - start, pairs.margins(result.W))
+    return soft_margin(pairs, norm, C)
+
+
+def solve(pairs: Pairs, norm: str, C: float = SOFT_MARGIN_C,
+          guide: np.ndarray | None = None) -> Solution:
+    """The hard-margin Att-SVM in ``norm``, or its soft-margin variant where it is infeasible.
+
+    Solved on a working set of constraints, grown by every constraint the solution violates
+    (margin below 1) until none is: a constraint met with margin ≥ 1 would add nothing (no
+    slack, no binding), so the result solves the full problem. The first working set holds, per
+    sequence, the ``WORKING_RIVALS`` rivals with the smallest margins under ``guide`` (the
+    model's own ``W``), since they are the likely support.
+    """
+    start = time.perf_counter()
+    margins = pairs.margins(guide) if guide is not None else np.zeros(len(pairs))
+    order = np.lexsort((margins, pairs.seq))  # by sequence, then by margin (stable)
+    first = np.searchsorted(pairs.seq[order], pairs.seq[order], side="left")
+    working = np.zeros(len(pairs), dtype=bool)
+    working[order[np.arange(len(pairs)) - first < WORKING_RIVALS]] = True
+    hard = True
+    for rounds in range(1, MAX_ROUNDS + 1):
+        solution = _solve_all(pairs.subset(working), norm, C, hard)
+        hard = solution.kind == "hard"
+        margins = pairs.margins(solution.W)
+        violated = (margins < 1.0 - 1e-7) & ~working
+        if not violated.any():
+            solution.margins = margins
+            solution.seconds = time.perf_counter() - start
+            solution.rounds, solution.working_set = rounds, int(working.sum())
+            return solution
+        working |= violated
+    raise RuntimeError(f"Att-SVM working set did not settle in {MAX_ROUNDS} rounds")
+
+
+def masked_argmax(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """``argmax`` over the real tokens of each row (first position on ties)."""
+    return np.argmax(np.where(valid, values, -np.inf), axis=1)
+
+
+def classify(scores: np.ndarray, valid: np.ndarray, selected: np.ndarray,
+             neighbours: np.ndarray) -> np.ndarray:
+    """Per sequence ``"global"``, ``"local"`` or ``"neither"`` (see the module docstring)."""
+    optimal = masked_argmax(scores, valid)
+    finite = np.where(valid, scores, np.nanmin(np.where(valid, scores, np.inf)) - 1.0)
+    local = locally_optimal_sequences(finite, selected, neighbours & valid)
+    return np.where(selected == optimal, "global", np.where(local, "local", "neither"))
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+    if values.size == 0:
+        return {}
+    q = np.quantile(values, [0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0])
+    return dict(zip(("min", "p05", "p25", "median", "p75", "p95", "max"), q.tolist(), strict=True))
+
+
+@dataclass
+class HeadAnalysis:
+    """Everything the report shows about one head; ``summary`` is its JSON form."""
+
+    layer: int
+    head: int
+    selected: np.ndarray  # (n,)
+    optimal: dict[str, np.ndarray]  # score name → (n,)
+    classes: dict[str, np.ndarray]  # score name → (n,) "global" | "local" | "neither"
+    solutions: dict[str, dict[str, Solution]]  # selection name → norm → solution
+    model_W: np.ndarray  # the head's W_selection
+    model_margins: np.ndarray  # (N,) (x_sel − x_t)ᵀ W z under the model's W, selected pairs
+    pairs: Pairs  # constraints of the selected tokens
+    epochs: list[dict] = field(default_factory=list)  # epoch → correlation to final solutions
+    summary: dict = field(default_factory=dict)
+
+
+def analyse_head(view, scores: dict[str, np.ndarray], *, C: float = SOFT_MARGIN_C,
+                 snapshots: list[tuple[int, np.ndarray]] = (),
+                 step: Callable[[str], None] = lambda _: None) -> HeadAnalysis:
+    """Selection vs optimal tokens and the Att-SVMs of one head.
+
+    ``view``: a ``HeadView`` (or anything with ``X``, ``Z``, ``valid``, ``attention``,
+    ``W_selection``, ``layer``, ``head``); ``scores``: name → ``(n, L)`` token scores (NaN at
+    padding); ``snapshots``: ``(epoch, W_selection)`` over training; ``step(description)`` is
+    called before every solve (a progress bar).
+    """
+    X, Z, valid = view.X, view.Z, view.valid
+    selected = masked_argmax(view.attention, valid)
+    optimal = {name: masked_argmax(s, valid) for name, s in scores.items()}
+    selections = {"selected": selected}
+    for name, alpha in optimal.items():
+        same = next((k for k, a in selections.items() if np.array_equal(a, alpha)), None)
+        selections[f"optimal_{name}"] = selections[same] if same else alpha
+    pairs = Pairs.build(X, Z, valid, selected)
+    solutions: dict[str, dict[str, Solution]] = {}
+    cache: dict[bytes, dict[str, Solution]] = {}
+    for name, alpha in selections.items():
+        key = alpha.tobytes()
+        if key not in cache:
+            problem = pairs if name == "selected" else Pairs.build(X, Z, valid, alpha)
+            cache[key] = {}
+            for norm in NORMS:
+                step(f"L{view.layer}H{view.head} {name} {norm}")
+                cache[key][norm] = (solve(problem, norm, C, view.W_selection)
+                                    if len(problem) else None)
+        solutions[name] = cache[key]
+    shape = valid.shape
+    fro_selected = solutions["selected"]["frobenius"]
+    neighbours = fro_selected.neighbours(pairs, shape) if fro_selected else np.zeros(shape, bool)
+    classes = {name: classify(s, valid, selected, neighbours) for name, s in scores.items()}
+    model_W = view.W_selection
+    analysis = HeadAnalysis(view.layer, view.head, selected, optimal, classes, solutions,
+                            model_W, pairs.margins(model_W), pairs)
+    analysis.epochs = _epochs(snapshots, solutions["selected"])
+    analysis.summary = _summary(analysis, view, neighbours)
+    return analysis
+
+
+def _epochs(snapshots, final: dict[str, Solution]) -> list[dict]:
+    rows = []
+    for epoch, W in snapshots:
+        row = {"epoch": int(epoch)}
+        for norm, solution in final.items():
+            if solution is not None:
+                row[norm] = svm.correlation(W, solution.W)
+        rows.append(row)
+    return rows
+
+
+def _summary(a: HeadAnalysis, view, neighbours: np.ndarray) -> dict:
+    n = len(a.selected)
+    sigma = np.linalg.svd(a.model_W, compute_uv=False)
+    fro = a.solutions["selected"]["frobenius"]
+    scaled = a.model_margins * (fro.objective / np.linalg.norm(a.model_W)) if fro else None
+    out = {
+        "layer": a.layer,
+        "head": a.head,
+        "sequences": n,
+        "tokens_per_sequence": float(view.valid.sum(1).mean()),
+        "constraints": len(a.pairs),
+        "attention_on_selected": _quantiles(view.attention[np.arange(n), a.selected]),
+        "model": {
+            "frobenius_norm": float(sigma @ sigma) ** 0.5,
+            "nuclear_norm": float(sigma.sum()),
+            "rank": int(np.sum(sigma > RANK_RTOL * sigma[0])),
+            "spectrum": (sigma / sigma[0]).tolist(),
+        },
+        "margins": {
+            "model": _quantiles(a.model_margins),
+            "model_scaled_to_frobenius_svm_norm": _quantiles(scaled) if fro else {},
+        },
+        "neighbours_per_sequence": float(neighbours.sum(1).mean()),
+        "scores": {},
+        "svm": {name: {norm: s.summary(a.model_W) if s else None for norm, s in by_norm.items()}
+                for name, by_norm in a.solutions.items()},
+        "epochs": a.epochs,
+        "per_sequence": {"selected": a.selected.tolist()},
+    }
+    for name, classes in a.classes.items():
+        out["scores"][name] = {
+            "selected_is_optimal": float(np.mean(a.selected == a.optimal[name])),
+            "classes": {c: int(np.sum(classes == c)) for c in CLASSES},
+        }
+        out["per_sequence"][f"optimal_{name}"] = a.optimal[name].tolist()
+        out["per_sequence"][f"class_{name}"] = classes.tolist()
+    return out

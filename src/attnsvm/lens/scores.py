@@ -1,0 +1,167 @@
+"""Token scores of a trained recommender: how good each history item is for the true next item.
+
+- **linear** (the paper's linear head, theory.md §2.1): ``γ_it = e_targetᵀ W_O,h (W_V,h x_it +
+  b_V,h)``, the head's output for attention on token t alone, read by the output embedding of the
+  true next item (``W_O,h``: the head's columns of ``out_proj``). The value bias adds the same
+  amount to every token, so it moves no optimal token.
+- **counterfactual** (the non-linear-head generalisation): the model's actual logit of the true
+  next item when that head's attention at the last position is forced onto token t alone and
+  the rest of the network runs as usual. In a causal model that changes only the last position,
+  so the remaining layers are re-run for the last query alone, every candidate t in one batch:
+  ``O(n L² D)`` per layer instead of ``L`` full forwards.
+
+``forced_target_logits`` is the general form (any mixing of the head's values); the test checks
+that the model's own attention as the mixing reproduces ``score_last``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from attnsvm.lens.extract import LensError
+from attnsvm.rec.models import SequentialRecommender
+from attnsvm.rec.nn.blocks import TransformerBlock, TransformerEncoder
+
+
+def _target_embeddings(model64: SequentialRecommender, targets: torch.Tensor):
+    bias = model64.output_bias()
+    return model64.output_embedding()[targets], None if bias is None else bias[targets]
+
+
+def linear_scores(model64: SequentialRecommender, key_inputs: torch.Tensor, valid: np.ndarray,
+                  targets: np.ndarray, layer: int, head: int) -> np.ndarray:
+    """``(n, L)`` linear scores γ of one head; ``key_inputs`` (n, L, D) un-augmented, float64."""
+    attention = model64.attention_modules()[layer]
+    dim, heads = attention.v_proj.weight.shape[0], attention.num_heads
+    rows = slice(head * dim // heads, (head + 1) * dim // heads)
+    with torch.inference_mode():
+        values = key_inputs @ attention.v_proj.weight[rows].T
+        if attention.v_proj.bias is not None:
+            values = values + attention.v_proj.bias[rows]
+        embedding, _ = _target_embeddings(model64, torch.as_tensor(targets))
+        readout = embedding @ attention.out_proj.weight[:, rows]  # (n, d_h): e_targetᵀ W_O,h
+        scores = torch.einsum("ntk,nk->nt", values, readout).numpy()
+    return np.where(valid, scores, np.nan)
+
+
+def _encoder(model64: SequentialRecommender) -> TransformerEncoder:
+    encoder = getattr(model64, "encoder", None)
+    if not isinstance(encoder, TransformerEncoder) or not encoder.causal:
+        raise LensError(
+            f"counterfactual scores need a causal TransformerEncoder; {type(model64).__name__} "
+            "has none (its last position is not the only one a forced attention changes)"
+        )
+    return encoder
+
+
+def _block_inputs(model64: SequentialRecommender, item_seq: torch.Tensor):
+    """The residual stream entering every block, ``[(n, L, D), …]``."""
+    captured: list[torch.Tensor] = []
+    hooks = [block.register_forward_pre_hook(lambda _, args: captured.append(args[0]))
+             for block in _encoder(model64).blocks]
+    try:
+        with torch.inference_mode():
+            model64(item_seq)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return captured
+
+
+def _last_query_attention(block: TransformerBlock, query_in, prefix_keys, prefix_valid,
+                          last_keys, forced):
+    """Attention output of the last query, for C candidate last-position inputs at once.
+
+    ``query_in``, ``last_keys`` (n, C, D); ``prefix_keys`` (n, P, D) shared by the candidates;
+    ``forced = (head, mixing (n, C, P + 1))`` replaces that head's attention weights.
+    """
+    attention = block.attention
+    n, C, D = query_in.shape
+    H = attention.num_heads
+
+    def split(x):
+        return x.view(*x.shape[:2], H, D // H)
+
+    q = split(attention.q_proj(query_in))
+    k_prefix, v_prefix = split(attention.k_proj(prefix_keys)), split(attention.v_proj(prefix_keys))
+    k_last, v_last = split(attention.k_proj(last_keys)), split(attention.v_proj(last_keys))
+    scale = (D // H) ** 0.5
+    logits_prefix = torch.einsum("nchd,nphd->nhcp", q, k_prefix) / scale
+    logits_prefix = logits_prefix.masked_fill(~prefix_valid[:, None, None, :], float("-inf"))
+    logit_last = torch.einsum("nchd,nchd->nhc", q, k_last)[..., None] / scale
+    weights = torch.cat([logits_prefix, logit_last], dim=-1).softmax(dim=-1)  # (n, H, C, P+1)
+    if forced is not None:
+        head, mixing = forced
+        weights = weights.clone()
+        weights[:, head] = mixing
+    out = torch.einsum("nhcp,nphd->nchd", weights[..., :-1], v_prefix)
+    out = out + weights[..., -1].permute(0, 2, 1)[..., None] * v_last
+    return attention.out_proj(out.reshape(n, C, D))
+
+
+def _last_position_block(block: TransformerBlock, prefix, prefix_valid, last, forced=None):
+    """The block's output at the last position (n, C, D), as ``TransformerBlock.forward``."""
+    if block.norm == "pre":
+        normed = block.attention_norm(last)
+        attended = _last_query_attention(block, normed, block.attention_norm(prefix),
+                                         prefix_valid, normed, forced)
+        out = last + attended
+        return out + block.ffn(block.ffn_norm(out))
+    if block.norm == "post":
+        attended = _last_query_attention(block, last, prefix, prefix_valid, last, forced)
+        out = block.attention_norm(last + attended)
+        return block.ffn_norm(out + block.ffn(out))
+    query = block.attention_norm(last)
+    attended = _last_query_attention(block, query, prefix, prefix_valid, last, forced)
+    out = block.ffn_norm(query + attended)
+    return out + block.ffn(out)
+
+
+def forced_target_logits(model64: SequentialRecommender, item_seq: torch.Tensor,
+                         targets: np.ndarray, layer: int, head: int,
+                         mixing: torch.Tensor) -> np.ndarray:
+    """``(n, C)`` logits of ``targets`` when head ``head`` of layer ``layer`` mixes the values of
+    the last query's keys with ``mixing (n, C, L)`` (rows of attention weights) instead of its own
+    softmax; everything else runs as the model does (eval mode, float64)."""
+    encoder = _encoder(model64)
+    inputs = _block_inputs(model64, item_seq)
+    valid = item_seq != 0
+    prefix_valid = valid[:, :-1]
+    C = mixing.shape[1]
+    embedding, bias = _target_embeddings(model64, torch.as_tensor(targets))
+    with torch.inference_mode():
+        last = inputs[layer][:, -1:].expand(-1, C, -1)
+        for i in range(layer, len(encoder.blocks)):
+            forced = (head, mixing) if i == layer else None
+            last = _last_position_block(encoder.blocks[i], inputs[i][:, :-1], prefix_valid,
+                                        last, forced)
+        hidden = encoder.final_norm(last)
+        logits = torch.einsum("ncd,nd->nc", hidden, embedding)
+        if bias is not None:
+            logits = logits + bias[:, None]
+    return logits.numpy()
+
+
+def counterfactual_scores(model64: SequentialRecommender, item_seq: torch.Tensor,
+                          targets: np.ndarray, layer: int, head: int,
+                          chunk: int = 32) -> np.ndarray:
+    """``(n, L)`` counterfactual scores (NaN at padding), in chunks of ``chunk`` sequences."""
+    n, L = item_seq.shape
+    out = np.full((n, L), np.nan)
+    one_hot = torch.eye(L, dtype=torch.float64)
+    for start in range(0, n, chunk):
+        rows = slice(start, min(start + chunk, n))
+        block = item_seq[rows]
+        mixing = one_hot.expand(block.shape[0], L, L)
+        out[rows] = forced_target_logits(model64, block, targets[rows], layer, head, mixing)
+    valid = (item_seq != 0).numpy()
+    return np.where(valid, out, np.nan)
+
+
+def key_inputs(model64: SequentialRecommender, item_seq: torch.Tensor, layer: int):
+    """The (un-augmented) keys' inputs of ``layer``, ``(n, L, D)`` float64."""
+    with torch.inference_mode():
+        out = model64(item_seq, return_layer_inputs=True)
+    return out.layer_inputs[layer].key
+

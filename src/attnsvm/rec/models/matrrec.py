@@ -1,0 +1,199 @@
+"""MaTrRec (Zhang, Zhang & Yang, 2024): a Mamba block followed by a transformer layer.
+
+Inputs are ``dropout(LN(E[s]))`` with **no** position embedding (the state-space recurrence
+supplies order). Each layer is ``x ← LN(x + dropout(Mamba(x)))`` and then a post-LN causal
+transformer block (FFN 4d). Mamba (Gu & Dao 2023, ``mamba_simple.py``) in plain PyTorch::
+
+    [u, z] = W_in x;   u ← SiLU(causal depth-wise conv_4(u))
+    [δ, B, C] = W_x u;  Δ = softplus(W_Δ δ + b_Δ);  A = −exp(A_log)          (A: d_in × N)
+    h_t = exp(Δ_t A) ⊙ h_{t−1} + Δ_t B_t u_t;   y_t = C_t · h_t + D ⊙ u_t     (selective scan)
+    out = W_out (y ⊙ SiLU(z))
+
+``selective_scan`` runs the recurrence either as a sequential loop over time (vectorised over
+batch, channels and states; the fast choice on CPU for L ≤ 200) or as a Hillis–Steele parallel
+prefix scan of the affine maps ``h ↦ a h + b`` (log₂ L steps); both equal a naive per-step
+reference to 1e-5 (tested). ``backend="mamba_ssm"`` uses the CUDA kernel of the ``mamba-ssm``
+package instead, where it is installed. Left padding is made inert: Δ = 0 there, so the state
+passes padding unchanged and a padded window reads like its unpadded self.
+
+Defaults: the official Amazon config (1 layer, d = 64, 1 head, d_state 32, d_conv 4, expand 2,
+dropout 0.4, max_len 50) and its loss, CE at the last position.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
+from attnsvm.rec.nn.attention import attention_mask
+from attnsvm.rec.nn.blocks import EncoderOutput, TransformerBlock
+from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
+
+SCANS = ("sequential", "parallel")
+BACKENDS = ("torch", "mamba_ssm")
+
+
+@dataclass(frozen=True)
+class MaTrRecConfig(TransformerConfig):
+    num_blocks: int = 1
+    ffn_size: int = 256
+    dropout: float = 0.4
+    attention_dropout: float = 0.4
+    max_len: int = 50
+    norm: str = "post"
+    activation: str = "gelu"
+    position: str = "none"
+    scale_embeddings: bool = False
+    state_size: int = 32
+    conv_size: int = 4
+    expand: int = 2
+    scan: str = "sequential"
+    backend: str = "torch"
+    objective: str = "last"  # "last" | "causal": both Mamba and the attention are causal
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("state_size", "conv_size", "expand"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"MaTrRecConfig.{name} must be ≥ 1, got {getattr(self, name)}")
+        self._choice("scan", SCANS)
+        self._choice("backend", BACKENDS)
+        self._choice("objective", ("causal", "last"))
+        if self.backend == "mamba_ssm" and importlib.util.find_spec("mamba_ssm") is None:
+            raise ValueError(
+                "MaTrRecConfig.backend 'mamba_ssm' needs the mamba-ssm package (CUDA only); "
+                "it is not installed — use backend 'torch'"
+            )
+
+
+def selective_scan(
+    u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+    D: torch.Tensor, scan: str = "sequential",
+) -> torch.Tensor:
+    """``y`` (b, L, d) of the recurrence above; u, Δ (b, L, d), A (d, N), B, C (b, L, N), D (d,)."""
+    decay = torch.exp(delta.unsqueeze(-1) * A)  # (b, L, d, N)
+    drive = (delta * u).unsqueeze(-1) * B.unsqueeze(2)  # Δ_t B_t u_t
+    if scan == "sequential":
+        state = torch.zeros_like(drive[:, 0])
+        outputs = []
+        for t in range(u.shape[1]):
+            state = decay[:, t] * state + drive[:, t]
+            outputs.append(torch.einsum("bdn,bn->bd", state, C[:, t]))
+        y = torch.stack(outputs, dim=1)
+    elif scan == "parallel":
+        a, b = decay, drive
+        offset = 1
+        while offset < u.shape[1]:  # compose each prefix with the one `offset` steps earlier
+            a_prev = F.pad(a[:, :-offset], (0, 0, 0, 0, offset, 0), value=1.0)
+            b_prev = F.pad(b[:, :-offset], (0, 0, 0, 0, offset, 0))
+            a, b = a * a_prev, a * b_prev + b
+            offset *= 2
+        y = torch.einsum("bldn,bln->bld", b, C)
+    else:
+        raise ValueError(f"scan must be one of {SCANS}, got {scan!r}")
+    return y + u * D
+
+
+class Mamba(nn.Module):
+    def __init__(self, dim: int, state_size: int, conv_size: int, expand: int, scan: str,
+                 backend: str) -> None:
+        super().__init__()
+        inner = expand * dim
+        self.rank = math.ceil(dim / 16)
+        self.state_size, self.scan, self.backend = state_size, scan, backend
+        self.in_proj = nn.Linear(dim, 2 * inner, bias=False)
+        self.conv = nn.Conv1d(inner, inner, conv_size, groups=inner, padding=conv_size - 1)
+        self.x_proj = nn.Linear(inner, self.rank + 2 * state_size, bias=False)
+        self.dt_proj = nn.Linear(self.rank, inner)
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, state_size + 1.0)).repeat(inner, 1))
+        self.D = nn.Parameter(torch.ones(inner))
+        self.out_proj = nn.Linear(inner, dim, bias=False)
+
+    def reset_dt(self) -> None:
+        """Mamba's Δ init: bias so that softplus(bias) is log-uniform in [1e-3, 0.1]."""
+        dt = torch.exp(torch.rand(self.dt_proj.out_features) * math.log(100) + math.log(1e-3))
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))
+
+    def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        length = x.shape[1]
+        u, z = self.in_proj(x).chunk(2, dim=-1)
+        u = F.silu(self.conv((u * valid).transpose(1, 2))[..., :length].transpose(1, 2))
+        low, B, C = self.x_proj(u).split([self.rank, self.state_size, self.state_size], dim=-1)
+        delta = F.softplus(self.dt_proj(low)) * valid  # Δ = 0 at padding: the state passes by
+        A = -torch.exp(self.A_log.float())
+        if self.backend == "mamba_ssm":
+            from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+
+            y = selective_scan_fn(
+                u.transpose(1, 2).contiguous(), delta.transpose(1, 2).contiguous(), A,
+                B.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous(), self.D.float(),
+            ).transpose(1, 2)
+        else:
+            y = selective_scan(u, delta, A.to(u.dtype), B, C, self.D, self.scan)
+        return self.out_proj(y * F.silu(z))
+
+
+class MaTrRecLayer(nn.Module):
+    def __init__(self, config: MaTrRecConfig) -> None:
+        super().__init__()
+        dim = config.hidden_size
+        self.mamba = Mamba(dim, config.state_size, config.conv_size, config.expand,
+                           config.scan, config.backend)
+        self.mamba_norm = nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(config.dropout)
+        self.transformer = TransformerBlock(
+            dim, config.num_heads, config.ffn_size, config.dropout, config.attention_dropout,
+            config.activation, "post",
+        )
+
+    def forward(self, x, keep_mask, valid, return_weights: bool):
+        x = self.mamba_norm(x + self.dropout(self.mamba(x, valid))) * valid
+        return self.transformer(x, keep_mask, return_weights)
+
+
+class MaTrRec(SequentialRecommender):
+    objective = "last"
+    config_class = MaTrRecConfig
+
+    def __init__(self, num_items: int, config: MaTrRecConfig | None = None) -> None:
+        config = config or MaTrRecConfig()
+        super().__init__(num_items, config)
+        self.objective = config.objective
+        self.items = ItemEmbedding(
+            num_items, config.hidden_size, separate_output=config.separate_output_embedding
+        )
+        self.embed = SequenceEmbedding(
+            self.items, config.max_len, config.position, config.scale_embeddings,
+            layer_norm=True, dropout=config.dropout,
+        )
+        self.layers = nn.ModuleList(MaTrRecLayer(config) for _ in range(config.num_blocks))
+        self.init_weights()
+        for layer in self.layers:
+            layer.mamba.reset_dt()
+
+    def forward(
+        self, item_seq: torch.Tensor, return_attention: bool = False,
+        return_layer_inputs: bool = False,
+    ) -> torch.Tensor | EncoderOutput:
+        self.check_input(item_seq)
+        keep_mask = attention_mask(item_seq != 0, causal=True)
+        x = self.embed(item_seq)
+        valid = (item_seq != 0).unsqueeze(-1).to(x.dtype)
+        attention, inputs = [], []
+        for layer in self.layers:
+            x, weights, layer_input = layer(x, keep_mask, valid, return_attention)
+            x = x * valid
+            attention.append(weights)
+            inputs.append(layer_input)
+        if not (return_attention or return_layer_inputs):
+            return x
+        return EncoderOutput(
+            x, attention if return_attention else None, inputs if return_layer_inputs else None
+        )

@@ -1,0 +1,35 @@
+"""A tiny learnable dataset (each user walks the catalogue in steps of 3) and tiny run configs.
+
+The models here are a few thousand parameters: one thread is faster than two contended ones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from train_helpers import tiny_config, write_walks
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def walks(tmp_path_factory) -> Path:
+    return write_walks(tmp_path_factory.mktemp("data") / "walks.txt")
+
+
+@pytest.fixture(scope="session")
+def trained_run(walks, tmp_path_factory) -> Path:
+    """One finished SASRec+ run shared by the read-only tests."""
+    from attnsvm.rec.train import train
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("runs") / "sasrec"
+    return train(tiny_config(walks, epochs=6), out, show_progress=False).run_dir

@@ -1,0 +1,115 @@
+"""The trainer end to end on the walks data: layout, learning, resume, NaN, snapshots, reuse."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from train_helpers import tiny_config
+
+from attnsvm.rec.models import LossConfig
+from attnsvm.rec.train import (
+    AttentionSnapshots,
+    TrainingError,
+    evaluate_run,
+    load_run,
+    recommend,
+    train,
+)
+from attnsvm.rec.train.checkpoint import RunDirectory
+
+
+def test_a_run_directory_is_whole_and_the_model_learns(trained_run):
+    names = {p.name for p in trained_run.iterdir()}
+    assert names == {"config.json", "model.json", "model.safetensors", "id_maps.json",
+                     "metrics.json", "test_eval.json", "test_eval.npz", "log.jsonl"}
+    metrics = json.loads((trained_run / "metrics.json").read_text())
+    assert metrics["protocol"].startswith("leave-one-out, full ranking, seen items excluded")
+    log = [json.loads(line) for line in (trained_run / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in log] == list(range(1, metrics["epochs"] + 1))
+    best = max(log, key=lambda r: r["valid"]["NDCG@10"])
+    assert metrics["best_epoch"] == best["epoch"] and metrics["valid"] == best["valid"]
+    # the next item is determined by the last one: popularity would give HR@10 ≈ 1/3
+    assert metrics["test"]["HR@10"] > 0.9
+
+
+def test_evaluate_run_reproduces_the_saved_metrics(trained_run):
+    saved = json.loads((trained_run / "metrics.json").read_text())
+    assert evaluate_run(trained_run, "test").metrics == pytest.approx(saved["test"], abs=1e-12)
+    assert evaluate_run(trained_run, "valid").metrics["NDCG@10"] == pytest.approx(
+        saved["valid"]["NDCG@10"], abs=1e-12)
+
+
+def test_recommend_speaks_external_ids(trained_run):
+    run = load_run(trained_run)
+    assert run.model.num_items == 30 and not run.model.training
+    top = recommend(trained_run, history=["1", "4", "7"], k=3)
+    assert top[0] == 10 and not {1, 4, 7} & set(top)
+    by_user = recommend(trained_run, user="100", k=5)
+    assert len(by_user) == 5 and len(set(by_user)) == 5
+    with pytest.raises(ValueError, match=r"unknown item id\(s\) 999"):
+        recommend(trained_run, history=["999"])
+    with pytest.raises(ValueError, match=r"unknown user id 7"):
+        recommend(trained_run, user="7")
+
+
+def test_resumed_run_ends_like_an_uninterrupted_one(walks, tmp_path):
+    config = tiny_config(walks, epochs=4)
+    whole = train(config, tmp_path / "whole", show_progress=False)
+
+    class Kill:
+        def on_epoch_end(self, state):
+            if state.epoch == 2:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(config, tmp_path / "cut", [Kill()], show_progress=False)
+    assert not (tmp_path / "cut").exists() and (tmp_path / "cut.incomplete" / "resume.pt").exists()
+    resumed = train(config, tmp_path / "cut", resume=True, show_progress=False)
+    assert resumed.test == whole.test and resumed.valid == whole.valid
+    a, b = load_run(whole.run_dir).model.state_dict(), load_run(resumed.run_dir).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_nan_loss_stops_with_a_clear_message(walks, tmp_path, monkeypatch):
+    monkeypatch.setattr(LossConfig, "compute", lambda self, hidden, *args: hidden.sum() * np.nan)
+    with pytest.raises(TrainingError, match=r"training loss became nan at epoch 1, step 1"):
+        train(tiny_config(walks), tmp_path / "run", show_progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_attention_snapshots_every_epoch(walks, tmp_path):
+    run = train(tiny_config(walks, epochs=2), tmp_path / "run", [AttentionSnapshots()],
+                show_progress=False).run_dir
+    files = sorted(p.name for p in (run / "attention").iterdir())
+    assert files == ["epoch_0000.safetensors", "epoch_0001.safetensors", "epoch_0002.safetensors"]
+    with safe_open(run / "attention" / "epoch_0002.safetensors", framework="pt") as snapshot:
+        assert json.loads(snapshot.metadata()["num_heads"]) == [1]
+        q = snapshot.get_tensor("layer0.q_weight")
+        assert q.shape == (16, 16) and set(snapshot.keys()) >= {"layer0.k_weight", "layer0.k_bias"}
+    with safe_open(run / "attention" / "epoch_0000.safetensors", framework="pt") as snapshot:
+        assert not torch.equal(snapshot.get_tensor("layer0.q_weight"), q)  # training moved W_Q
+
+
+@pytest.mark.parametrize(("model", "loss"), [
+    ("bert4rec", None),
+    ("sasrec", LossConfig(name="sampled_softmax", num_negatives=5, sampler="popularity",
+                          logq_correction=True)),
+    ("gsasrec", LossConfig(name="gbce", num_negatives=5)),
+    ("bsarec", None),
+])
+def test_every_objective_and_loss_trains(walks, tmp_path, model, loss):
+    result = train(tiny_config(walks, model=model, epochs=1, loss=loss), tmp_path / "run",
+                   show_progress=False)
+    assert 0.0 <= result.test["NDCG@10"] <= 1.0 and result.epochs == 1
+
+
+def test_bad_data_leaves_no_run_directory(tmp_path):
+    (tmp_path / "short.txt").write_text("1 5\n2 6\n3 7\n")
+    with pytest.raises(TrainingError, match=r"no user has the 3 interactions"):
+        train(tiny_config(tmp_path / "short.txt"), tmp_path / "run", show_progress=False)
+    assert list(tmp_path.iterdir()) == [tmp_path / "short.txt"]
+    assert not RunDirectory(tmp_path / "run").partial.exists()

@@ -1,0 +1,36 @@
+"""Helpers for the trainer tests: a tiny learnable dataset and tiny run configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, TrainConfig
+from attnsvm.rec.models import LossConfig
+
+NUM_ITEMS = 30
+
+
+def write_walks(path: Path, num_users: int = 120, seed: int = 0) -> Path:
+    """``user i1 i2 …`` lines: a random start, then +3 (mod NUM_ITEMS) per step."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for user in range(num_users):
+        length, start = rng.integers(5, 12), rng.integers(NUM_ITEMS)
+        items = [(start + 3 * step) % NUM_ITEMS + 1 for step in range(length)]
+        lines.append(" ".join(map(str, [user + 100, *items])))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def tiny_config(data: Path, *, model: str = "sasrec+", epochs: int = 3, dropout: float = 0.1,
+                loss: LossConfig | None = None, seed: int = 0) -> RunConfig:
+    return RunConfig(
+        model=ModelChoice(model, {"hidden_size": 16, "ffn_size": 16, "num_blocks": 1,
+                                  "dropout": dropout, "attention_dropout": dropout}),
+        data=DataConfig(dataset=str(data), max_len=12),
+        loss=loss,
+        train=TrainConfig(epochs=epochs, batch_size=32, lr=1e-2, patience=10, seed=seed),
+        eval=EvalConfig(ks=(1, 10), batch_size=64),
+    )
