@@ -29,7 +29,8 @@ def _autograd_loss(problem, W):
 @pytest.mark.parametrize("scale", [0.3, 3.0])
 def test_closed_form_gradient_matches_autograd(head, scale):
     problem = _problem(head)
-    W = scale * torch.randn(4, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    gen = torch.Generator().manual_seed(7)
+    W = scale * torch.randn(4, 4, 4, dtype=torch.float64, generator=gen)
     loss, grad, _ = problem.loss_and_grad(W)
     W_ad = W.clone().requires_grad_(True)
     reference = _autograd_loss(problem, W_ad)
@@ -59,7 +60,7 @@ def test_conventions_match_the_official_selfattn(relu):
     """W = W.weight.T and W = key.weight.T query.weight... as ``base.py`` computes the softmax."""
     inst = (multi_token_instances if relu else paper_instances)([5], 3, 4, 5)
     problem = AttentionProblem.from_instances(inst)
-    X, Y, Z, head = (torch.as_tensor(a) for a in inst.one(0))
+    X, _, Z, head = (torch.as_tensor(a) for a in inst.one(0))
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(5, 5, dtype=torch.float64, generator=gen)
     query = torch.randn(5, 5, dtype=torch.float64, generator=gen)

@@ -17,8 +17,9 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 console = Console()
-CACHE = typer.Option(None, "--cache-dir", help="Cache directory (default: $ATTNSVM_DATA or "
-                     "~/.cache/attnsvm).")
+CACHE = typer.Option(
+    None, "--cache-dir", help="Cache directory (default: $ATTNSVM_DATA or ~/.cache/attnsvm)."
+)
 
 
 def _fail(error: Exception) -> typer.Exit:
@@ -31,12 +32,19 @@ def list_datasets() -> None:
     """List the registered datasets with their preprocessing, source and cache state."""
     for spec in datasets.DATASETS.values():
         prepared = "prepared" if datasets.prepared_path(spec.name).exists() else "not prepared"
-        source = "built in" if spec.generate else (spec.url or "no public URL: prepare from a "
-                                                   "local copy")
+        source = (
+            "built in"
+            if spec.generate
+            else (spec.url or "no public URL: prepare from a local copy")
+        )
         accepted = ", ".join(f.name for f in spec.files) or "-"
-        console.print(f"[bold]{spec.name}[/bold] ({prepared}): {spec.description}\n"
-                      f"  preprocessing: {spec.preprocessing}\n  files: {accepted}\n"
-                      f"  download: {source}", highlight=False, soft_wrap=True)
+        console.print(
+            f"[bold]{spec.name}[/bold] ({prepared}): {spec.description}\n"
+            f"  preprocessing: {spec.preprocessing}\n  files: {accepted}\n"
+            f"  download: {source}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @app.command()
@@ -55,11 +63,15 @@ def download(
 @app.command()
 def prepare(
     name: str = typer.Argument(..., help="A registered dataset name (see `attnsvm data list`)."),
-    source: Path = typer.Option(..., "--from", help="Local copy: the raw file, a folder "
-                                "holding it, or the official .zip."),
+    source: Path = typer.Option(
+        ..., "--from", help="Local copy: the raw file, a folder holding it, or the official .zip."
+    ),
     cache_dir: Path | None = CACHE,
-    verify: bool = typer.Option(True, help="Check the file's sha256 against the registry "
-                                "(--no-verify accepts another version of the file)."),
+    verify: bool = typer.Option(
+        True,
+        help="Check the file's sha256 against the registry "
+        "(--no-verify accepts another version of the file).",
+    ),
 ) -> None:
     """Prepare NAME from a local copy: verify, preprocess, store in the cache."""
     try:
@@ -71,8 +83,9 @@ def prepare(
 
 @app.command()
 def stats(
-    name_or_path: str = typer.Argument(..., help="A prepared dataset name, `synthetic`, or an "
-                                       "interaction file (read as is)."),
+    name_or_path: str = typer.Argument(
+        ..., help="A prepared dataset name, `synthetic`, or an interaction file (read as is)."
+    ),
     cache_dir: Path | None = CACHE,
 ) -> None:
     """Print the statistics table of a prepared dataset or of a file."""

@@ -106,7 +106,8 @@ def evaluate_command(
     from attnsvm.rec.train.runs import evaluate_run
 
     result = evaluate_run(run_dir, split)
-    out.print(_metrics_table(f"{split}: {result.protocol}", result.metrics))
+    out.print(f"{split}: {result.protocol}")
+    out.print(_metrics_table(f"{split} metrics", result.metrics))
 
 
 @_clean_errors

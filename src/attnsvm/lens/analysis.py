@@ -17,6 +17,7 @@ the neighbours from the Frobenius Att-SVM of the selection) or **neither**.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,6 +29,10 @@ from attnsvm.theory.tokens import NEIGHBOR_TOL, locally_optimal_sequences
 
 #: Weight of the slack in the soft-margin Att-SVM ``min ||W|| + C Σ ξ`` (per violated unit).
 SOFT_MARGIN_C = 1.0
+#: Largest dimension whose nuclear-norm Att-SVM is solved by an accurate interior point.
+ACCURATE_NUCLEAR_DIM = 24
+#: SCS tolerance for the larger nuclear-norm problems (correlations good to about 1e-5).
+SCS_EPS = 1e-7
 #: Relative singular-value cut-off for the ranks reported (theory.md §3.5).
 RANK_RTOL = svm.RANK_RTOL
 NORMS = ("frobenius", "nuclear")
@@ -45,7 +50,7 @@ class Pairs:
 
     @classmethod
     def build(cls, X: np.ndarray, Z: np.ndarray, valid: np.ndarray, alpha: np.ndarray) -> Pairs:
-        n, L, _ = X.shape
+        L = X.shape[1]
         rival = valid & (np.arange(L)[None, :] != alpha[:, None])
         seq, tok = np.nonzero(rival)  # row-major: sequence by sequence, tokens in order
         pairs = np.stack([X[seq, alpha[seq]], X[seq, tok]], axis=1)
@@ -74,6 +79,7 @@ class Solution:
     seconds: float
     margins: np.ndarray  # (N,) constraint margins under W
     soft: dict[str, float] = field(default_factory=dict)  # C, slack sum, violated count
+    solver: str = ""
     rounds: int = 1  # working-set rounds (see ``solve``)
     working_set: int = 0  # constraints in the final working set
 
@@ -93,6 +99,7 @@ class Solution:
             "correlation": svm.correlation(model_W, self.W),
             "spectrum": (sigma / sigma[0]).tolist() if sigma[0] > 0 else sigma.tolist(),
             "seconds": self.seconds,
+            "solver": self.solver,
             "min_margin": float(self.margins.min()),
             "working_set": self.working_set,
             "rounds": self.rounds,
@@ -100,10 +107,13 @@ class Solution:
         }
 
 
-def soft_margin(pairs: Pairs, norm: str, C: float = SOFT_MARGIN_C) -> Solution:
-    """``min ||W|| + C Σ ξ`` s.t. ``margin_k ≥ 1 − ξ_k``, ``ξ ≥ 0`` (cvxpy, Clarabel).
+def conic_svm(pairs: Pairs, norm: str, C: float | None = SOFT_MARGIN_C) -> Solution:
+    """The Att-SVM as one conic program: soft margin ``min ||W|| + C Σ ξ`` s.t. ``margin_k ≥
+    1 − ξ_k``, ``ξ ≥ 0``, or hard margin with ``C=None``.
 
     ``P = W Zᵀ`` is its own variable, so each margin touches ``p`` numbers instead of ``p²``.
+    Clarabel solves it, except nuclear norms above ``ACCURATE_NUCLEAR_DIM`` dimensions: their
+    interior-point SDP costs minutes, so SCS (first order, ``eps = SCS_EPS``) does.
     """
     start = time.perf_counter()
     queries, first = np.unique(pairs.seq, return_inverse=True)
@@ -112,22 +122,38 @@ def soft_margin(pairs: Pairs, norm: str, C: float = SOFT_MARGIN_C) -> Solution:
     p = delta.shape[1]
     W = cp.Variable((p, p))
     P = cp.Variable((p, len(queries)))
-    slack = cp.Variable(len(pairs), nonneg=True)
     margins = cp.sum(cp.multiply(delta, P.T[first]), axis=1)
-    regulariser = cp.norm(W, "fro") if norm == "frobenius" else cp.normNuc(W)
-    problem = cp.Problem(cp.Minimize(regulariser + C * cp.sum(slack)),
-                         [P == W @ Z.T, margins >= 1 - slack])
-    problem.solve(solver="CLARABEL")
+    objective = cp.norm(W, "fro") if norm == "frobenius" else cp.normNuc(W)
+    constraints = [P == W @ Z.T]
+    if C is None:
+        constraints.append(margins >= 1)
+    else:
+        slack = cp.Variable(len(pairs), nonneg=True)
+        objective = objective + C * cp.sum(slack)
+        constraints.append(margins >= 1 - slack)
+    problem = cp.Problem(cp.Minimize(objective), constraints)
+    if norm == "nuclear" and p > ACCURATE_NUCLEAR_DIM:
+        solver, options = "SCS", {"eps_abs": SCS_EPS, "eps_rel": SCS_EPS, "max_iters": 20000}
+    else:
+        solver, options = "CLARABEL", {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "inaccurate": the margins are re-checked
+        problem.solve(solver=solver, **options)
     if W.value is None:
-        raise RuntimeError(f"soft-margin Att-SVM: Clarabel returned {problem.status}")
+        raise RuntimeError(f"Att-SVM ({norm}): {solver} returned {problem.status}")
     value = W.value
-    ksi = np.maximum(1.0 - pairs.margins(value), 0.0)
-    objective = float(np.linalg.norm(value) if norm == "frobenius"
-                      else np.linalg.svd(value, compute_uv=False).sum())
-    return Solution(norm, "soft", value, objective, time.perf_counter() - start,
-                    pairs.margins(value),
-                    {"C": C, "slack_sum": float(ksi.sum()),
-                     "violated": int(np.sum(ksi > 1e-6)), "status": problem.status})
+    margin_values = pairs.margins(value)
+    if C is None:  # restore exact feasibility; changes the norm by a factor 1 + O(eps)
+        value = value / min(1.0, float(margin_values.min()))
+        margin_values = pairs.margins(value)
+    ksi = np.maximum(1.0 - margin_values, 0.0)
+    size = float(np.linalg.norm(value) if norm == "frobenius"
+                 else np.linalg.svd(value, compute_uv=False).sum())
+    soft = {} if C is None else {"C": C, "slack_sum": float(ksi.sum()),
+                                 "violated": int(np.sum(ksi > 1e-6))}
+    return Solution(norm, "hard" if C is None else "soft", value, size,
+                    time.perf_counter() - start, margin_values, soft,
+                    solver=f"{solver} ({problem.status})")
 
 
 #: Rivals per sequence in the first working set (those with the smallest margins under a guide).
@@ -140,12 +166,16 @@ def _solve_all(pairs: Pairs, norm: str, C: float, hard: bool) -> Solution:
     start = time.perf_counter()
     if hard:
         alpha = np.zeros(len(pairs), dtype=np.int64)
-        result = (svm.solve_frobenius if norm == "frobenius" else svm.solve_nuclear)(
-            pairs.X, pairs.Z, alpha)
+        result = svm.solve_frobenius(pairs.X, pairs.Z, alpha)  # exact; decides feasibility
+        if result.feasible and norm == "nuclear":
+            if pairs.X.shape[2] > ACCURATE_NUCLEAR_DIM:
+                return conic_svm(pairs, norm, None)
+            result = svm.solve_nuclear(pairs.X, pairs.Z, alpha)
         if result.feasible:
             return Solution(norm, "hard", result.W, result.objective,
-                            time.perf_counter() - start, pairs.margins(result.W))
-    return soft_margin(pairs, norm, C)
+                            time.perf_counter() - start, pairs.margins(result.W),
+                            solver=result.solver)
+    return conic_svm(pairs, norm, C)
 
 
 def solve(pairs: Pairs, norm: str, C: float = SOFT_MARGIN_C,

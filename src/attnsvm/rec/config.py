@@ -32,7 +32,7 @@ from attnsvm.rec.models import MODELS, LossConfig, resolve
 from attnsvm.rec.models.registry import PRESETS
 
 SPLITS = ("leave-one-out",)
-OPTIMIZERS = ("adamw",)  # the optimiser zoo adds "sam" here and in train/trainer.py OPTIMIZERS
+OPTIMIZERS = ("adamw", "sam")  # "sam": AdamW inside sharpness-aware minimisation (train/sam.py)
 
 
 class ConfigError(ValueError):
@@ -67,6 +67,7 @@ class TrainConfig:
     bf16: bool = False  # bfloat16 autocast for forward passes
     compile: bool = False  # torch.compile the model for training
     optimizer: str = "adamw"
+    sam_rho: float = 0.05  # SAM neighbourhood radius ρ (with optimizer = "sam")
     steps_per_epoch: int | None = None  # cap on batches per epoch (gSASRec style); None: all
     num_threads: int | None = None  # torch intra-op threads; None: torch's default
 

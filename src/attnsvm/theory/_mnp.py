@@ -8,7 +8,7 @@ the margins.
 
 Wolfe (1976) walks through "corrals" (affinely independent subsets whose affine minimum-norm
 point lies inside their hull). It is exact and finite, and only touches features through a
-:class:`ProductKernel`: inner products with a ``(d, d)`` matrix and columns of the Gram matrix,
+:class:`ProductKernel`: inner products with a ``(d, d)`` matrix and blocks of the Gram matrix,
 each ``O(n T d + n d^2)`` or ``O(|S| d)``, so the ``d^2``-dimensional features are never built.
 """
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import solve_triangular
+from scipy.linalg import LinAlgError, cholesky
+from scipy.linalg.blas import dtrsm, dtrsv
 
 #: Stop when the primal ``W = u/||u||^2`` violates no margin by more than this (relative).
 DEFAULT_TOL = 1e-12
@@ -27,6 +28,8 @@ INFEASIBLE_NORM = 1e-9
 WEIGHT_TOL = 1e-13
 #: A new point whose Cholesky pivot is below this (relative) is affinely dependent on the corral.
 PIVOT_TOL = 1e-14
+#: Most points added to the corral in one major cycle (the BLAS-3 append reads R once for all).
+MAX_BATCH = 64
 
 
 class ProductKernel:
@@ -71,12 +74,12 @@ class ProductKernel:
         """``<f_k, g_l>`` for the features of ``self`` (rows) and ``other`` (columns)."""
         return (self.delta @ other.delta.T) * (self.query @ other.query.T)
 
-    def column(self, rows: np.ndarray, j: int) -> np.ndarray:
-        """``<f_k, f_j>`` for ``k in rows``, projected if there are equality features."""
-        col = (self.delta[rows] @ self.delta[j]) * (self.query[rows] @ self.query[j])
+    def block(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """``<f_k, f_l>`` for ``k in rows``, ``l in cols``, projected if there are equalities."""
+        block = (self.delta[rows] @ self.delta[cols].T) * (self.query[rows] @ self.query[cols].T)
         if self.equalities is not None:
-            col = col - self._h[rows] @ self._h[j]
-        return col
+            block = block - self._h[rows] @ self._h[cols].T
+        return block
 
     def combine(self, rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """The ``(d, d)`` matrix ``P(sum_k weights_k f_k)`` (P: the equality projection)."""
@@ -93,30 +96,55 @@ class ProductKernel:
 
 
 class _Cholesky:
-    """Upper-triangular ``R`` with ``R^T R = M``, grown by a column and shrunk at any index."""
+    """Upper-triangular ``R`` with ``R^T R = M``, grown by a column and shrunk at any index.
+
+    ``R`` lives in the top-left corner of a C-ordered buffer padded with the identity, so
+    ``buffer.T`` is a Fortran-ordered triangle that BLAS (``dtrsv``, ``dtrsm``) solves in place:
+    with zero-padded right-hand sides the padding leaves the first ``size`` entries exact.
+    (``scipy.linalg.solve_triangular`` on the ``[:s, :s]`` view copies ``s^2`` numbers per call,
+    several times the cost of the solve itself.)
+    """
 
     def __init__(self, capacity: int):
-        self.R = np.zeros((capacity, capacity))
+        self.buffer = np.eye(capacity)
         self.size = 0
 
-    def append(self, col: np.ndarray, diag: float) -> bool:
-        s = self.size
-        r = solve_triangular(self.R[:s, :s], col, trans="T") if s else col[:0]
-        pivot = diag - r @ r
-        if pivot <= PIVOT_TOL * diag:
+    def _solve(self, b: np.ndarray, transposed: bool) -> np.ndarray:
+        """``R^-T b`` (``transposed``) or ``R^-1 b``, for ``b`` of length ``size``."""
+        padded = np.zeros(len(self.buffer))
+        padded[: self.size] = b
+        lower = self.buffer.T  # Fortran-ordered R^T, no copy
+        return dtrsv(lower, padded, lower=1, trans=0 if transposed else 1)[: self.size]
+
+    def append_block(self, cols: np.ndarray, block: np.ndarray) -> bool:
+        """Append k columns at once (``cols``: s x k cross terms, ``block``: their k x k Gram).
+
+        One BLAS-3 triangular solve reads ``R`` once for all k columns; False (nothing appended)
+        if the new points are affinely dependent on the corral or on each other.
+        """
+        s, k = self.size, block.shape[0]
+        padded = np.zeros((len(self.buffer), k), order="F")
+        padded[:s] = cols
+        cross = dtrsm(1.0, self.buffer.T, padded, lower=1)[:s]
+        schur = block - cross.T @ cross
+        try:
+            corner = cholesky(schur)
+        except LinAlgError:
             return False
-        if s == len(self.R):
-            grown = np.zeros((2 * s, 2 * s))
-            grown[:s, :s] = self.R[:s, :s]
-            self.R = grown
-        self.R[:s, s] = r
-        self.R[s, s] = np.sqrt(pivot)
-        self.size = s + 1
+        if np.min(np.diag(corner)) ** 2 <= PIVOT_TOL * np.max(np.diag(block)):
+            return False
+        if s + k > len(self.buffer):
+            grown = np.eye(max(2 * len(self.buffer), s + k))
+            grown[:s, :s] = self.buffer[:s, :s]
+            self.buffer = grown
+        self.buffer[:s, s : s + k] = cross
+        self.buffer[s : s + k, s : s + k] = corner
+        self.size = s + k
         return True
 
     def delete(self, p: int) -> None:
         """Drop row and column ``p`` of ``M``: shift, then a rank-one update of the tail."""
-        R, s = self.R, self.size
+        R, s = self.buffer, self.size
         R[:p, p : s - 1] = R[:p, p + 1 : s]
         x = R[p, p + 1 : s].copy()
         tail = R[p + 1 : s, p + 1 : s].copy()
@@ -129,11 +157,12 @@ class _Cholesky:
         R[p : s - 1, p : s - 1] = tail
         R[s - 1, :s] = 0.0
         R[:s, s - 1] = 0.0
+        R[s - 1, s - 1] = 1.0
         self.size = s - 1
 
     def solve(self, b: np.ndarray) -> np.ndarray:
-        R = self.R[: self.size, : self.size]
-        return solve_triangular(R, solve_triangular(R, b, trans="T"))
+        """``M^-1 b``."""
+        return self._solve(self._solve(b, transposed=True), transposed=False)
 
 
 @dataclass
@@ -160,27 +189,45 @@ def min_norm_point(kernel: ProductKernel, *, tol: float = DEFAULT_TOL) -> MinNor
     corral = [first]
     mu = np.ones(1)
     chol = _Cholesky(capacity=64)
-    chol.append(np.zeros(0), kernel.sqnorms[first] + shift)
+    chol.append_block(np.zeros((0, 1)), np.array([[kernel.sqnorms[first] + shift]]))
     zero_norm = INFEASIBLE_NORM**2 * scale
     previous = np.inf
+    single = True  # the first step, and any step after a batch that made no progress
+    retry = False  # a batch was affinely dependent: retry the same point with a single step
     iteration = 0
     while iteration < 100 * kernel.size + 1000:
         iteration += 1
         point = kernel.combine(np.asarray(corral), mu)
         sqnorm = float(np.sum(point * point))
-        if sqnorm <= zero_norm or sqnorm >= previous:
-            # 0 in the hull, or no more progress at the precision limit
+        if sqnorm <= zero_norm:  # 0 in the hull
             break
-        previous = sqnorm
+        if not retry:
+            if sqnorm >= previous:
+                if single:  # no more progress at the precision limit
+                    break
+                single = True
+            else:
+                single = False
+        retry = False
+        previous = min(previous, sqnorm)
         inner = kernel.inner(point)
-        j = int(np.argmin(inner))
-        if inner[j] >= (1.0 - tol) * sqnorm or j in corral:
+        inner[corral] = np.inf
+        violated = np.flatnonzero(inner < (1.0 - tol) * sqnorm)
+        if not violated.size:
             break
+        # the most violated first; a batch of them once the corral is large enough to pay
+        batch = 1 if single else int(np.clip(len(corral) // 4, 1, MAX_BATCH))
+        if violated.size > batch:
+            violated = violated[np.argpartition(inner[violated], batch - 1)[:batch]]
+        new = violated[np.argsort(inner[violated], kind="stable")]
         rows = np.asarray(corral)
-        if not chol.append(kernel.column(rows, j) + shift, kernel.sqnorms[j] + shift):
-            break
-        corral.append(j)
-        mu = np.append(mu, 0.0)
+        if not chol.append_block(kernel.block(rows, new) + shift, kernel.block(new, new) + shift):
+            if len(new) == 1:
+                break
+            single = retry = True
+            continue
+        corral.extend(int(j) for j in new)
+        mu = np.append(mu, np.zeros(len(new)))
         while True:  # minor cycle: move to the affine minimum, dropping points that leave the hull
             affine = chol.solve(np.ones(len(corral)))
             affine /= affine.sum()
@@ -190,10 +237,11 @@ def min_norm_point(kernel: ProductKernel, *, tol: float = DEFAULT_TOL) -> MinNor
             leaving = (affine <= WEIGHT_TOL) & (mu > affine)
             step = np.min(mu[leaving] / (mu[leaving] - affine[leaving]), initial=1.0)
             mu = mu + step * (affine - mu)
-            for p in sorted(np.flatnonzero(mu <= WEIGHT_TOL), reverse=True):
+            drop = (mu <= WEIGHT_TOL) & (affine <= WEIGHT_TOL)
+            for p in np.flatnonzero(drop)[::-1]:
                 chol.delete(int(p))
                 del corral[p]
-            mu = mu[mu > WEIGHT_TOL]
+            mu = np.maximum(mu[~drop], 0.0)
             mu /= mu.sum()
     corral_idx = np.asarray(corral)
     point = kernel.combine(corral_idx, mu)

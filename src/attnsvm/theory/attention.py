@@ -46,7 +46,7 @@ class AttentionProblem:
     def __post_init__(self):
         if self.head not in ("linear", "relu"):
             raise ValueError(f"head: expected 'linear' or 'relu', got {self.head!r}")
-        S, n, T, d = self.X.shape
+        S, n, _, d = self.X.shape
         expected = (S, d) if self.head == "linear" else (S, d, d)
         if self.Y.shape != (S, n) or self.Z.shape != (S, n, d):
             raise ValueError(

@@ -131,7 +131,7 @@ def _checkpoints(checkpoints, steps: int) -> np.ndarray:
 
 
 @contextmanager
-def _one_thread():
+def one_thread():
     """Tiny batched tensors: intra-op threads only add overhead (40x slower on a busy box)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -180,7 +180,7 @@ def train(
         if k in keep:
             stored[:, keep[k]] = K @ Q.transpose(-1, -2) if kq else W
 
-    with _one_thread(), Progress(disable=not progress, transient=True) as bar:
+    with one_thread(), Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(f"normalised GD ({'KQ' if kq else 'W'}, {S} seeds)", total=steps)
         store(0)
         for k in range(steps):

@@ -138,18 +138,15 @@ def _frobenius_kkt(kernel, W, dual, margins) -> dict[str, float]:
         "primal": max(0.0, 1.0 - float(margins.min())),
         "dual": max(0.0, -float(dual.min())),
         "complementarity": _complementarity(dual, margins),
-        "stationarity": float(np.linalg.norm(residual)) / max(np.sqrt(sqnorm), 1e-300),
+        "stationarity": float(np.linalg.norm(residual)) / max(float(np.sqrt(sqnorm)), 1e-300),
         "gap": abs(float(dual.sum()) - sqnorm) / max(sqnorm, 1e-300),
     }
 
 
 def _polish(kernel: _mnp.ProductKernel, rows: np.ndarray) -> np.ndarray | None:
     """Multipliers with every support margin exactly 1: solve ``G_SS lambda_S = 1``."""
-    gram = kernel.gram(rows)
-    if kernel.equalities is not None:
-        gram = gram - kernel._h[rows] @ kernel._h[rows].T
     try:
-        factor = cho_factor(gram)
+        factor = cho_factor(kernel.block(rows, rows))
     except LinAlgError:
         return None
     lam = cho_solve(factor, np.ones(len(rows)))
@@ -171,6 +168,11 @@ def _solve_kernel_svm(kernel: _mnp.ProductKernel, tol: float):
     W = kernel.combine(rows, lam)
     margins = kernel.inner(W)
     smallest = float(margins.min())
+    if smallest < 1.0 - 1e-6:
+        raise RuntimeError(
+            f"min_norm_point stopped after {mnp.iterations} iterations with a margin of "
+            f"{smallest:.3e}; please report this instance"
+        )
     if smallest < 1.0:  # restore exact feasibility; changes ||W|| by a factor 1 + O(tol)
         W, lam, margins = W / smallest, lam / smallest, margins / smallest
     dual = np.zeros(kernel.size)

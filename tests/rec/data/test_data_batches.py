@@ -73,8 +73,15 @@ def test_cloze_batches(row_lengths, max_len, mask_prob, force_last):
     seqs = distinct_rows(row_lengths)
     num_items = int(seqs.items.max())
     mask = num_items + 1
-    for batch in cloze_batches(seqs, max_len=max_len, batch_size=4, num_items=num_items,
-                               mask_prob=mask_prob, force_last_mask=force_last, seed=5):
+    for batch in cloze_batches(
+        seqs,
+        max_len=max_len,
+        batch_size=4,
+        num_items=num_items,
+        mask_prob=mask_prob,
+        force_last_mask=force_last,
+        seed=5,
+    ):
         for b, user in enumerate(batch.users.tolist()):
             window = seqs.padded(max_len, np.array([user - 100]))[0].tolist()
             inputs, labels = batch.inputs[b].tolist(), batch.targets[b].tolist()
@@ -91,14 +98,18 @@ def test_cloze_batches(row_lengths, max_len, mask_prob, force_last):
 
 def test_batches_are_deterministic_given_seed_and_epoch():
     seqs = distinct_rows([5, 3, 7, 2, 9, 4])
+
     def run(**kw):
-        return [b.inputs.tolist() for b in cloze_batches(seqs, max_len=4, batch_size=2,
-                                                         num_items=40, mask_prob=0.5, **kw)]
+        return [
+            b.inputs.tolist()
+            for b in cloze_batches(seqs, max_len=4, batch_size=2, num_items=40, mask_prob=0.5, **kw)
+        ]
 
     assert run(seed=1, epoch=2) == run(seed=1, epoch=2)
     assert run(seed=1, epoch=2) != run(seed=1, epoch=3)
-    unshuffled = [b.users.tolist() for b in causal_batches(seqs, max_len=3, batch_size=4,
-                                                            shuffle=False)]
+    unshuffled = [
+        b.users.tolist() for b in causal_batches(seqs, max_len=3, batch_size=4, shuffle=False)
+    ]
     assert unshuffled == [[100, 101, 102, 103], [104, 105]]
     dropped = list(causal_batches(seqs, max_len=3, batch_size=4, drop_last=True))
     assert len(dropped) == 1
@@ -172,5 +183,4 @@ def test_samplers_refuse_impossible_requests():
     with pytest.raises(ValueError, match="at least 2 items"):
         PopularitySampler(np.array([5, 3, 0]))
     with pytest.raises(ValueError, match="mask_prob"):
-        next(cloze_batches(distinct_rows([3]), max_len=2, batch_size=1, num_items=3,
-                           mask_prob=1.5))
+        next(cloze_batches(distinct_rows([3]), max_len=2, batch_size=1, num_items=3, mask_prob=1.5))

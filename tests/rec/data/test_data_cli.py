@@ -21,14 +21,23 @@ def test_help_documents_every_command():
 @pytest.mark.data
 def test_prepare_then_stats_ml1m(shared_data, tmp_path):
     cache = str(tmp_path)
-    result = runner.invoke(app, ["data", "prepare", "ml-1m", "--from",
-                                 str(shared_data / "ml-1m"), "--cache-dir", cache])
+    result = runner.invoke(
+        app,
+        ["data", "prepare", "ml-1m", "--from", str(shared_data / "ml-1m"), "--cache-dir", cache],
+    )
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["data", "stats", "ml-1m", "--cache-dir", cache])
     assert result.exit_code == 0
     for value in ("6,040", "3,416", "999,611", "0.04845"):
         assert value in result.output
-    listing = runner.invoke(app, ["data", "list", ], env={"ATTNSVM_DATA": cache})
+    listing = runner.invoke(
+        app,
+        [
+            "data",
+            "list",
+        ],
+        env={"ATTNSVM_DATA": cache},
+    )
     assert "ml-1m (prepared)" in listing.output and "beauty (not prepared)" in listing.output
 
 

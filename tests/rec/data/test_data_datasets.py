@@ -27,8 +27,7 @@ from attnsvm.rec.data.readers import read_pairs
         ("ml-latest-small", 610, 9724, 100_836),
     ],
 )
-def test_staged_datasets_give_the_published_counts(shared_data, name, users, items,
-                                                   interactions):
+def test_staged_datasets_give_the_published_counts(shared_data, name, users, items, interactions):
     stats = load_dataset(name, root=shared_data).stats()
     assert (stats.users, stats.items, stats.interactions) == (users, items, interactions)
 
@@ -71,12 +70,19 @@ PAIRS = b"1 1\n1 2\n1 3\n2 1\n2 2\n2 3\n3 3\n3 1\n3 2\n"
 @pytest.fixture
 def toy_spec(monkeypatch):
     """Register a ``toy`` pairs dataset whose file is ``toy.txt`` with a known sha256."""
+
     def register(url=None, checksum=None, sha256=None):
-        spec = DatasetSpec(name="toy", description="toy pairs",
-                           files=(SourceFile("toy.txt", read_pairs, sha256),),
-                           preprocess=lambda d: d.k_core(3, 3), preprocessing="3-core",
-                           url=url, checksum=checksum)
+        spec = DatasetSpec(
+            name="toy",
+            description="toy pairs",
+            files=(SourceFile("toy.txt", read_pairs, sha256),),
+            preprocess=lambda d: d.k_core(3, 3),
+            preprocessing="3-core",
+            url=url,
+            checksum=checksum,
+        )
         monkeypatch.setitem(datasets.DATASETS, "toy", spec)
+
     return register
 
 
@@ -126,8 +132,11 @@ def test_download_verifies_the_checksum_and_prepares(tmp_path, http_root, toy_sp
     toy_spec(url=f"{base}/toy.zip", checksum=f"md5:{md5}")
     path = datasets.download("toy", tmp_path / "cache", progress=False)
     assert len(load_dataset("toy", cache_dir=tmp_path / "cache")) == 9
-    assert sorted(p.name for p in path.parent.iterdir()) == ["interactions.npz", "meta.json",
-                                                             "toy.zip"]
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        "interactions.npz",
+        "meta.json",
+        "toy.zip",
+    ]
 
 
 def test_download_with_a_bad_checksum_keeps_nothing(tmp_path, http_root, toy_spec):
@@ -150,6 +159,18 @@ def test_download_of_a_missing_file_is_a_clear_error(tmp_path, http_root, toy_sp
 def test_unknown_name_lists_the_registry():
     with pytest.raises(KeyError, match="ml-1m"):
         datasets.spec("ml-2m")
-    assert set(datasets.DATASETS) >= {"ml-1m", "ml-100k", "ml-latest-small", "beauty", "sports",
-                                      "toys", "yelp", "lastfm", "steam", "ml-20m", "diginetica",
-                                      "yoochoose", "synthetic"}
+    assert set(datasets.DATASETS) >= {
+        "ml-1m",
+        "ml-100k",
+        "ml-latest-small",
+        "beauty",
+        "sports",
+        "toys",
+        "yelp",
+        "lastfm",
+        "steam",
+        "ml-20m",
+        "diginetica",
+        "yoochoose",
+        "synthetic",
+    }

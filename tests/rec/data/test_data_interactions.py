@@ -52,19 +52,26 @@ def brute_force_core(rows, user_min, item_min):
         for keep_users in combinations(users, nu):
             for ni in range(len(items), -1, -1):
                 for keep_items in combinations(items, ni):
-                    kept = [k for k, (u, i, _) in enumerate(rows)
-                            if u in keep_users and i in keep_items]
+                    kept = [
+                        k for k, (u, i, _) in enumerate(rows) if u in keep_users and i in keep_items
+                    ]
                     uc = {u: sum(rows[k][0] == u for k in kept) for u in keep_users}
                     ic = {i: sum(rows[k][1] == i for k in kept) for i in keep_items}
-                    if all(c >= user_min for c in uc.values()) and all(
-                            c >= item_min for c in ic.values()) and len(kept) > len(best):
+                    if (
+                        all(c >= user_min for c in uc.values())
+                        and all(c >= item_min for c in ic.values())
+                        and len(kept) > len(best)
+                    ):
                         best = set(kept)
     return best
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.just(0)), min_size=1,
-                max_size=14), st.integers(1, 3), st.integers(1, 3))
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.just(0)), min_size=1, max_size=14),
+    st.integers(1, 3),
+    st.integers(1, 3),
+)
 def test_k_core_is_the_largest_core(rows, user_min, item_min):
     data = table(rows, with_time=False)
     best = brute_force_core(rows, user_min, item_min)
@@ -76,8 +83,9 @@ def test_k_core_is_the_largest_core(rows, user_min, item_min):
     assert np.bincount(core.user).min() >= user_min
     assert np.bincount(core.item)[1:].min() >= item_min
     assert len(core) == len(best)
-    got = sorted(zip(core.user_ids[core.user].tolist(), core.item_ids[core.item].tolist(),
-                     strict=True))
+    got = sorted(
+        zip(core.user_ids[core.user].tolist(), core.item_ids[core.item].tolist(), strict=True)
+    )
     assert got == sorted((rows[k][0], rows[k][1]) for k in best)
 
 
@@ -92,6 +100,7 @@ def test_one_pass_core_counts_once():
 
 def test_dedup_policies():
     data = Interactions.from_columns(np.zeros(5, int), np.array([1, 1, 2, 1, 2]))
+
     def items(d):
         return d.item_ids[d.item].tolist()
 
@@ -103,8 +112,9 @@ def test_dedup_policies():
 
 
 def test_rating_and_length_filters():
-    data = Interactions.from_columns(np.array([0, 0, 1]), np.array([1, 2, 3]),
-                                     rating=np.array([5.0, 2.0, 4.0]))
+    data = Interactions.from_columns(
+        np.array([0, 0, 1]), np.array([1, 2, 3]), rating=np.array([5.0, 2.0, 4.0])
+    )
     assert len(data.filter_min_rating(4)) == 2
     assert data.filter_min_length(2).user_ids.tolist() == [0]
     with pytest.raises(DataFormatError, match="has no ratings"):
@@ -121,9 +131,13 @@ def test_stats_and_sequences():
 
 
 def test_save_load_round_trip_without_pickles(tmp_path):
-    data = Interactions.from_columns(np.array(["u1", "u2"]), np.array([3, 4]),
-                                     timestamp=np.array([1.5, 2.5]), rating=np.array([1.0, 2.0]),
-                                     source="x.csv")
+    data = Interactions.from_columns(
+        np.array(["u1", "u2"]),
+        np.array([3, 4]),
+        timestamp=np.array([1.5, 2.5]),
+        rating=np.array([1.0, 2.0]),
+        source="x.csv",
+    )
     path = data.save(tmp_path / "cache" / "t.npz", {"k": 1})
     back = Interactions.load(path)
     for name in ("user", "item", "user_ids", "item_ids", "timestamp", "rating"):

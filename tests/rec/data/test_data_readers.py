@@ -11,8 +11,9 @@ from attnsvm.rec.data import readers
 
 def events(data):
     """(external user, external item) pairs in the table's order."""
-    return list(zip(data.user_ids[data.user].tolist(), data.item_ids[data.item].tolist(),
-                    strict=True))
+    return list(
+        zip(data.user_ids[data.user].tolist(), data.item_ids[data.item].tolist(), strict=True)
+    )
 
 
 EXPECTED = [(1, 10), (1, 30), (1, 20), (2, 20)]  # user 1: 10 (t=5), 30 (t=7), 20 (t=7); 2: 20
@@ -39,8 +40,10 @@ def test_movielens_udata(tmp_path):
 
 def test_movielens_csv_with_crlf_and_bom(tmp_path):
     path = tmp_path / "ratings.csv"
-    path.write_bytes("\ufeffuserId,movieId,rating,timestamp\r\n1,30,4.0,7\r\n2,20,3.5,1\r\n"
-                     "1,10,5.0,5\r\n1,20,1.0,7\r\n".encode())
+    path.write_bytes(
+        "\ufeffuserId,movieId,rating,timestamp\r\n1,30,4.0,7\r\n2,20,3.5,1\r\n"
+        "1,10,5.0,5\r\n1,20,1.0,7\r\n".encode()
+    )
     assert events(readers.read_movielens_csv(path)) == EXPECTED
 
 
@@ -53,15 +56,22 @@ def test_per_user_and_pairs_and_blank_lines(tmp_path):
 
 
 def test_recbole_inter_with_string_tokens(tmp_path):
-    path = write(tmp_path, "x.inter", "user_id:token\titem_id:token\ttimestamp:float\n"
-                 "u1\ti30\t7\nu2\ti20\t1\nu1\ti10\t5\nu1\ti20\t7\n")
+    path = write(
+        tmp_path,
+        "x.inter",
+        "user_id:token\titem_id:token\ttimestamp:float\n"
+        "u1\ti30\t7\nu2\ti20\t1\nu1\ti10\t5\nu1\ti20\t7\n",
+    )
     data = readers.read_recbole_inter(path)
     assert events(data) == [("u1", "i10"), ("u1", "i30"), ("u1", "i20"), ("u2", "i20")]
 
 
 def test_session_tsv_and_session_lines(tmp_path):
-    tsv = write(tmp_path, "s.txt", "SessionId\tItemId\tTime\n1\t10\t5.5\n1\t30\t7.25\n"
-                "2\t20\t1\n1\t20\t7.25\n")
+    tsv = write(
+        tmp_path,
+        "s.txt",
+        "SessionId\tItemId\tTime\n1\t10\t5.5\n1\t30\t7.25\n2\t20\t1\n1\t20\t7.25\n",
+    )
     assert events(readers.read_session_tsv(tsv)) == EXPECTED
     lines = write(tmp_path, "l.txt", "10 30 20\n20\n")
     assert events(readers.read_session_lines(lines)) == EXPECTED
@@ -75,7 +85,8 @@ def test_table_csv_tsv_and_parquet(tmp_path):
     assert events(data) == EXPECTED
     parquet = tmp_path / "t.parquet"
     pl.DataFrame({"u": [1, 2, 1, 1], "i": [30, 20, 10, 20], "t": [7, 1, 5, 7]}).write_parquet(
-        parquet)
+        parquet
+    )
     assert events(readers.read_table(parquet, user="u", item="i", timestamp="t")) == EXPECTED
 
 
@@ -99,8 +110,11 @@ def test_read_auto_picks_the_reader(tmp_path, name, text, reader):
     assert np.array_equal(got.user, expected.user)
 
 
-rating_rows = st.lists(st.tuples(st.integers(-3, 40), st.integers(0, 2**40), st.integers(1, 5),
-                                 st.integers(0, 10**9)), min_size=1, max_size=30)
+rating_rows = st.lists(
+    st.tuples(st.integers(-3, 40), st.integers(0, 2**40), st.integers(1, 5), st.integers(0, 10**9)),
+    min_size=1,
+    max_size=30,
+)
 
 
 @given(rating_rows, st.sampled_from(["::", "\t"]))

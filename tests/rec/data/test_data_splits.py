@@ -22,8 +22,9 @@ def build(rows):
 def rows_by_user(data):
     """user → list of (item, time) in table order (the stable chronological order)."""
     out = {}
-    for u, i, t in zip(data.user.tolist(), data.item.tolist(), data.timestamp.tolist(),
-                       strict=True):
+    for u, i, t in zip(
+        data.user.tolist(), data.item.tolist(), data.timestamp.tolist(), strict=True
+    ):
         out.setdefault(u, []).append((i, t))
     return out
 
@@ -48,8 +49,9 @@ def test_leave_one_out(rows):
         assert split.test.history.row(r).tolist() == items[:-1]
         for task in (split.valid, split.test):
             target = set(task.targets.row(r).tolist())
-            assert task.exclude.row(r).tolist() == sorted(set(task.history.row(r).tolist())
-                                                          - target)
+            assert task.exclude.row(r).tolist() == sorted(
+                set(task.history.row(r).tolist()) - target
+            )
     for u, events in per_user.items():  # short users are train only
         if len(events) < 3:
             assert split.train.row(u).tolist() == [i for i, _ in events]
@@ -97,8 +99,10 @@ def test_temporal_drop_policy_by_hand():
     assert split.test.exclude.to_lists() == [[1, 2, 5]]
 
 
-@given(st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=6), min_size=3, max_size=20),
-       st.sampled_from(["drop", "keep"]))
+@given(
+    st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=6), min_size=3, max_size=20),
+    st.sampled_from(["drop", "keep"]),
+)
 def test_session_split(sessions, policy):
     session = np.repeat(np.arange(len(sessions)), [len(s) for s in sessions])
     items = np.concatenate(sessions)
@@ -114,7 +118,9 @@ def test_session_split(sessions, policy):
     for s in range(n - n_test, n):
         clicks = [i for i in sessions[s] if policy == "keep" or i in train_items]
         expected += [(s, clicks[:k], clicks[k]) for k in range(1, len(clicks))]
-    got = [(u, ext[split.test.history.row(r)].tolist(), ext[split.test.targets.row(r)].item())
-           for r, u in enumerate(split.test.users.tolist())]
+    got = [
+        (u, ext[split.test.history.row(r)].tolist(), ext[split.test.targets.row(r)].item())
+        for r, u in enumerate(split.test.users.tolist())
+    ]
     assert got == expected
     assert split.test.exclude.items.size == 0

@@ -10,8 +10,13 @@ from attnsvm.rec.data.synthetic import make_planted
 
 
 @settings(deadline=None, max_examples=30)
-@given(st.integers(1, 40), st.integers(3, 25), st.integers(1, 5), st.floats(0.0, 1.0),
-       st.integers(0, 10**6))
+@given(
+    st.integers(1, 40),
+    st.integers(3, 25),
+    st.integers(1, 5),
+    st.floats(0.0, 1.0),
+    st.integers(0, 10**6),
+)
 def test_ground_truth_matches_the_sequences(users, length, triggers, noise, seed):
     data, truth = make_planted(users, 2 * triggers + 12, length, triggers, noise=noise, seed=seed)
     seqs = data.to_sequences()

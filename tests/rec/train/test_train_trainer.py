@@ -10,6 +10,7 @@ import torch
 from safetensors import safe_open
 from train_helpers import tiny_config
 
+from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.models import LossConfig
 from attnsvm.rec.train import (
     AttentionSnapshots,
@@ -109,7 +110,7 @@ def test_every_objective_and_loss_trains(walks, tmp_path, model, loss):
 
 def test_bad_data_leaves_no_run_directory(tmp_path):
     (tmp_path / "short.txt").write_text("1 5\n2 6\n3 7\n")
-    with pytest.raises(TrainingError, match=r"no user has the 3 interactions"):
+    with pytest.raises(DataFormatError, match=r"short.txt: no user has the 3 events"):
         train(tiny_config(tmp_path / "short.txt"), tmp_path / "run", show_progress=False)
     assert list(tmp_path.iterdir()) == [tmp_path / "short.txt"]
     assert not RunDirectory(tmp_path / "run").partial.exists()

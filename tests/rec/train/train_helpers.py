@@ -34,3 +34,9 @@ def tiny_config(data: Path, *, model: str = "sasrec+", epochs: int = 3, dropout:
         train=TrainConfig(epochs=epochs, batch_size=32, lr=1e-2, patience=10, seed=seed),
         eval=EvalConfig(ks=(1, 10), batch_size=64),
     )
+
+
+def step_config(data: Path) -> RunConfig:
+    """No dropout (its masks depend on the process count) and sampled negatives (they must not)."""
+    return tiny_config(data, model="sasrec", dropout=0.0,
+                       loss=LossConfig(name="bce", num_negatives=3))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import MAX_LEN, NUM_ITEMS, ZOO, make_model, overfit, run, tiny_sequences
+from zoo_helpers import MAX_LEN, NUM_ITEMS, ZOO, make_model, overfit, run, tiny_sequences
 
 from attnsvm.rec.models import catalogue
 from attnsvm.rec.train.objectives import make_batch, make_examples
@@ -43,10 +43,11 @@ def test_causal_models_never_read_later_items(name: str) -> None:
         assert not torch.allclose(later[0, t + 1 :], hidden[0, t + 1 :])
 
 
-@pytest.mark.parametrize(("name", "field"), [("bsarec", "BSARecConfig"), ("adamct", "AdaMCTConfig")])
+@pytest.mark.parametrize(
+    ("name", "field"), [("bsarec", "BSARecConfig"), ("adamct", "AdaMCTConfig")]
+)
 def test_non_causal_mixers_refuse_all_position_training(name: str, field: str) -> None:
-    with pytest.raises(ValueError, match=f"{field}.objective must be 'last'.*leak|{field}.*"
-                                         "objective must be 'last'"):
+    with pytest.raises(ValueError, match=f"{field}.objective must be 'last'"):
         make_model(name, objective="causal")
 
 
@@ -75,6 +76,8 @@ def test_last_position_training_never_puts_the_target_in_the_input(name: str) ->
         window = batch.inputs[r][batch.inputs[r] != 0].numpy()
         np.testing.assert_array_equal(window, row[max(0, examples.ends[r] - MAX_LEN):
                                                   examples.ends[r]])
+    if name in ("bsarec", "strec"):
+        return  # their FFT bins / query counts depend on the window length: always max_len
     # the output used for the target equals the output for the window alone, padded or not
     short = batch.inputs[:8, -4:]
     full = torch.nn.functional.pad(short, (MAX_LEN - 4, 0))

@@ -54,9 +54,16 @@ def _chunks(order: np.ndarray, batch_size: int, drop_last: bool) -> Iterator[np.
         yield order[begin : begin + batch_size]
 
 
-def causal_batches(train: Sequences, *, max_len: int, batch_size: int, seed: int = 0,
-                   epoch: int = 0, shuffle: bool = True, drop_last: bool = False,
-                   ) -> Iterator[Batch]:
+def causal_batches(
+    train: Sequences,
+    *,
+    max_len: int,
+    batch_size: int,
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = True,
+    drop_last: bool = False,
+) -> Iterator[Batch]:
     """SASRec batches: all-position shifted targets; rows with < 2 items are skipped."""
     rows = np.flatnonzero(train.lengths >= 2)
     rows = rows[_order(rows.size, epoch_rng(seed, epoch), shuffle)]
@@ -69,9 +76,16 @@ def causal_batches(train: Sequences, *, max_len: int, batch_size: int, seed: int
         )
 
 
-def last_position_batches(train: Sequences, *, max_len: int, batch_size: int, seed: int = 0,
-                          epoch: int = 0, shuffle: bool = True, drop_last: bool = False,
-                          ) -> Iterator[Batch]:
+def last_position_batches(
+    train: Sequences,
+    *,
+    max_len: int,
+    batch_size: int,
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = True,
+    drop_last: bool = False,
+) -> Iterator[Batch]:
     """Every prefix → its next item (one target per sample, at the last position)."""
     lengths = train.lengths
     row = np.repeat(np.arange(len(train)), lengths)
@@ -87,10 +101,19 @@ def last_position_batches(train: Sequences, *, max_len: int, batch_size: int, se
         )
 
 
-def cloze_batches(train: Sequences, *, max_len: int, batch_size: int, num_items: int,
-                  mask_prob: float, force_last_mask: bool = False, seed: int = 0,
-                  epoch: int = 0, shuffle: bool = True, drop_last: bool = False,
-                  ) -> Iterator[Batch]:
+def cloze_batches(
+    train: Sequences,
+    *,
+    max_len: int,
+    batch_size: int,
+    num_items: int,
+    mask_prob: float,
+    force_last_mask: bool = False,
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = True,
+    drop_last: bool = False,
+) -> Iterator[Batch]:
     """BERT4Rec batches: mask token ``num_items + 1``; ``targets`` 0 where not masked."""
     if not 0.0 <= mask_prob <= 1.0:
         raise ValueError("mask_prob must lie in [0, 1]")
@@ -103,8 +126,11 @@ def cloze_batches(train: Sequences, *, max_len: int, batch_size: int, num_items:
         if force_last_mask:
             masked[:, -1] = True
         inputs = np.where(masked, num_items + 1, items)
-        yield Batch(torch.from_numpy(train.users[chunk]), torch.from_numpy(inputs),
-                    torch.from_numpy(np.where(masked, items, 0)))
+        yield Batch(
+            torch.from_numpy(train.users[chunk]),
+            torch.from_numpy(inputs),
+            torch.from_numpy(np.where(masked, items, 0)),
+        )
 
 
 def sliding_windows(seqs: Sequences, window: int, stride: int) -> Sequences:

@@ -85,8 +85,11 @@ class Stats:
             ("interactions", f"{self.interactions:,}"),
             ("density", f"{self.density:.5f}"),
             ("length mean", f"{self.length_mean:.2f}"),
-            ("length min / median / p90 / max", f"{self.length_min} / {self.length_median:g}"
-             f" / {self.length_p90:g} / {self.length_max}"),
+            (
+                "length min / median / p90 / max",
+                f"{self.length_min} / {self.length_median:g}"
+                f" / {self.length_p90:g} / {self.length_max}",
+            ),
             ("timestamps", "yes" if self.timestamps else "no (file order)"),
             ("ratings", "yes" if self.ratings else "no"),
         ]
@@ -269,8 +272,12 @@ class Interactions:
         """Write an ``.npz`` (no pickles) atomically: a temporary file renamed into place."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        arrays = {"user": self.user, "item": self.item, "user_ids": self.user_ids,
-                  "item_ids": self.item_ids}
+        arrays = {
+            "user": self.user,
+            "item": self.item,
+            "user_ids": self.user_ids,
+            "item_ids": self.item_ids,
+        }
         if self.timestamp is not None:
             arrays["timestamp"] = self.timestamp
         if self.rating is not None:

@@ -77,8 +77,14 @@ def _fast_columns(data: bytes, sep: str, schema: dict, skip: int) -> list[np.nda
             return None
         data, sep = data.replace(sep.encode(), b"\x1f"), "\x1f"
     try:
-        frame = pl.read_csv(io.BytesIO(data), separator=sep, has_header=False, skip_rows=skip,
-                            schema=schema, quote_char=None)
+        frame = pl.read_csv(
+            io.BytesIO(data),
+            separator=sep,
+            has_header=False,
+            skip_rows=skip,
+            schema=schema,
+            quote_char=None,
+        )
     except Exception:  # any parse problem: the line-by-line reader reports it precisely
         return None
     if frame.height == 0 or frame.null_count().sum_horizontal().item():
@@ -119,7 +125,10 @@ def _header_hint(line: int) -> str:
 
 
 def _integers(
-    tokens: Sequence[str], path: str | Path, what: str, line_of: Callable[[int], int],
+    tokens: Sequence[str],
+    path: str | Path,
+    what: str,
+    line_of: Callable[[int], int],
     header_hint: bool = True,
 ) -> np.ndarray:
     """Tokens as int64; on failure, name the first bad token and its line."""
@@ -127,44 +136,50 @@ def _integers(
         return np.array(tokens, dtype=np.int64)
     except (ValueError, OverflowError):
         pass
+    values = []
     for index, token in enumerate(tokens):
         try:
-            ok = _INT64_MIN <= int(token) <= _INT64_MAX
+            value = int(token)
+            ok = _INT64_MIN <= value <= _INT64_MAX
         except ValueError:
             ok = False
         if not ok:
             line = line_of(index)
             hint = _header_hint(line) if header_hint else ""
             raise DataFormatError(path, f"{what} {token.strip()!r} is not an integer{hint}", line)
-    raise AssertionError("numpy rejected tokens that int() accepts")  # pragma: no cover
+        values.append(value)
+    return np.array(values, dtype=np.int64)
 
 
 def _floats(
-    tokens: Sequence[str], path: str | Path, what: str, line_of: Callable[[int], int],
+    tokens: Sequence[str],
+    path: str | Path,
+    what: str,
+    line_of: Callable[[int], int],
     header_hint: bool = True,
 ) -> np.ndarray:
     """Tokens as finite float64; on failure, name the first bad token and its line."""
     try:
         values = np.array(tokens, dtype=np.float64)
     except ValueError:
-        values = None
-    if values is not None:
-        bad = np.flatnonzero(~np.isfinite(values))
-        if bad.size == 0:
-            return values
+        parsed = []
+        for index, token in enumerate(tokens):
+            try:
+                parsed.append(float(token))
+            except ValueError:
+                line = line_of(index)
+                hint = _header_hint(line) if header_hint else ""
+                raise DataFormatError(
+                    path, f"{what} {token.strip()!r} is not a number{hint}", line
+                ) from None
+        values = np.array(parsed, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
         index = int(bad[0])
-        line = line_of(index)
-        raise DataFormatError(path, f"{what} {tokens[index].strip()!r} is not finite", line)
-    for index, token in enumerate(tokens):
-        try:
-            float(token)
-        except ValueError:
-            line = line_of(index)
-            hint = _header_hint(line) if header_hint else ""
-            raise DataFormatError(
-                path, f"{what} {token.strip()!r} is not a number{hint}", line
-            ) from None
-    raise AssertionError("numpy rejected tokens that float() accepts")  # pragma: no cover
+        raise DataFormatError(
+            path, f"{what} {tokens[index].strip()!r} is not finite", line_of(index)
+        )
+    return values
 
 
 def _tokens(tokens: Sequence[str]) -> np.ndarray:
@@ -255,7 +270,9 @@ def read_per_user(path: str | Path, data: bytes | None = None) -> Interactions:
     ends = np.cumsum(lengths)
     user = _integers(users, path, "user id", _rowwise(numbers_arr))
     item = _integers(
-        items, path, "item id",
+        items,
+        path,
+        "item id",
         lambda k: int(numbers_arr[np.searchsorted(ends, k, side="right")]),
     )
     unique, first, counts = np.unique(user, return_index=True, return_counts=True)
@@ -319,7 +336,10 @@ def _header_index(path: str | Path, header: list[str], wanted: dict[str, str | N
 
 
 def _from_mapped(
-    path: str | Path, rows: list[list[str]], numbers: np.ndarray, index: dict[str, int],
+    path: str | Path,
+    rows: list[list[str]],
+    numbers: np.ndarray,
+    index: dict[str, int],
     numeric_ids: bool,
 ) -> Interactions:
     columns = _columns(rows)
@@ -337,7 +357,10 @@ def _from_mapped(
         return _floats(columns[index[role]], path, role, line_of, header_hint=False)
 
     return Interactions.from_columns(
-        ids("user"), ids("item"), timestamp=numbers_of("timestamp"), rating=numbers_of("rating"),
+        ids("user"),
+        ids("item"),
+        timestamp=numbers_of("timestamp"),
+        rating=numbers_of("rating"),
         source=str(path),
     )
 
@@ -346,8 +369,9 @@ def read_session_tsv(path: str | Path, data: bytes | None = None) -> Interaction
     """session-rec TSV: tab-separated, header naming ``SessionId``, ``ItemId`` and ``Time``."""
     text = _text(path, data)
     header = [h.strip() for h in text.split("\n", 1)[0].split("\t")]
-    index = _header_index(path, header, {"session": "SessionId", "item": "ItemId",
-                                         "timestamp": "Time"})
+    index = _header_index(
+        path, header, {"session": "SessionId", "item": "ItemId", "timestamp": "Time"}
+    )
     rows, numbers = _split(text, path, "\t", len(header), skip=1)
     index["user"] = index.pop("session")
     return _from_mapped(path, rows, numbers, index, numeric_ids=True)
@@ -373,13 +397,18 @@ def read_recbole_inter(
         name, colon, kind = field.strip().partition(":")
         if not colon or kind not in ("token", "float", "token_seq", "float_seq"):
             raise DataFormatError(
-                path, f"header field {field.strip()!r} is not 'name:type' with type token, float, "
-                "token_seq or float_seq (RecBole atomic files have a typed header)", 1,
+                path,
+                f"header field {field.strip()!r} is not 'name:type' with type token, float, "
+                "token_seq or float_seq (RecBole atomic files have a typed header)",
+                1,
             )
         names.append(name)
-    wanted = {"user": user_field, "item": item_field,
-              "timestamp": time_field if time_field in names else None,
-              "rating": rating_field if rating_field in names else None}
+    wanted = {
+        "user": user_field,
+        "item": item_field,
+        "timestamp": time_field if time_field in names else None,
+        "rating": rating_field if rating_field in names else None,
+    }
     index = _header_index(path, names, wanted)
     rows, numbers = _split(text, path, "\t", len(names), skip=1)
     return _from_mapped(path, rows, numbers, index, numeric_ids=False)
@@ -408,8 +437,9 @@ def read_table(
     sep = sep if sep is not None else ("," if path_str.endswith(".csv") else "\t")
     if header:
         names = [h.strip() for h in text.split("\n", 1)[0].split(sep)]
-        index = _header_index(path, names, {r: c for r, c in wanted.items()
-                                            if c is None or isinstance(c, str)})
+        index = _header_index(
+            path, names, {r: c for r, c in wanted.items() if c is None or isinstance(c, str)}
+        )
         index |= {r: c for r, c in wanted.items() if isinstance(c, int)}
         width = len(names)
     else:
@@ -422,7 +452,8 @@ def read_table(
     short = next((k for k, r in enumerate(rows) if len(r) < needed), None)
     if short is not None:
         raise DataFormatError(
-            path, f"has {len(rows[short])} fields, column {needed - 1} is needed",
+            path,
+            f"has {len(rows[short])} fields, column {needed - 1} is needed",
             int(numbers[short]),
         )
     rows = [r[:needed] for r in rows] if width is None else rows
@@ -435,8 +466,9 @@ def _read_parquet(path: str | Path, wanted: dict, data: bytes | None) -> Interac
     except FileNotFoundError:
         raise DataFormatError(path, "no such file") from None
     except Exception as error:  # polars raises several types; all mean "not a parquet file"
-        raise DataFormatError(path, f"is not a readable Parquet file ({type(error).__name__})") \
-            from None
+        raise DataFormatError(
+            path, f"is not a readable Parquet file ({type(error).__name__})"
+        ) from None
     columns = {}
     for role, name in wanted.items():
         if name is None:
@@ -457,7 +489,10 @@ def _read_parquet(path: str | Path, wanted: dict, data: bytes | None) -> Interac
                 raise DataFormatError(path, f"{role} column is not numeric")
             columns[role] = columns[role].astype(np.float64)
     return Interactions.from_columns(
-        columns["user"], columns["item"], columns.get("timestamp"), columns.get("rating"),
+        columns["user"],
+        columns["item"],
+        columns.get("timestamp"),
+        columns.get("rating"),
         source=str(path),
     )
 

@@ -29,8 +29,12 @@ class UniformSampler:
         self.num_items = num_items
         self.rng = np.random.default_rng(seed)
 
-    def sample(self, positives: np.ndarray | torch.Tensor, num_negatives: int = 1,
-               exclude_positive: bool = True) -> torch.Tensor:
+    def sample(
+        self,
+        positives: np.ndarray | torch.Tensor,
+        num_negatives: int = 1,
+        exclude_positive: bool = True,
+    ) -> torch.Tensor:
         """``positives.shape + (num_negatives,)`` negatives; padding positives exclude nothing."""
         pos = _as_numpy(positives)[..., None]
         shape = (*pos.shape[:-1], num_negatives)
@@ -54,16 +58,21 @@ class PopularitySampler:
         self.rng = np.random.default_rng(seed)
 
     @classmethod
-    def from_items(cls, items: np.ndarray, num_items: int, alpha: float = 1.0,
-                   seed: int = 0) -> PopularitySampler:
+    def from_items(
+        cls, items: np.ndarray, num_items: int, alpha: float = 1.0, seed: int = 0
+    ) -> PopularitySampler:
         return cls(np.bincount(items, minlength=num_items + 1), alpha, seed)
 
     def _draw(self, shape: tuple[int, ...]) -> np.ndarray:
         u = self.rng.random(shape)
         return np.minimum(np.searchsorted(self.cdf, u, side="right"), self.cdf.size - 1)
 
-    def sample(self, positives: np.ndarray | torch.Tensor, num_negatives: int = 1,
-               exclude_positive: bool = True) -> torch.Tensor:
+    def sample(
+        self,
+        positives: np.ndarray | torch.Tensor,
+        num_negatives: int = 1,
+        exclude_positive: bool = True,
+    ) -> torch.Tensor:
         pos = _as_numpy(positives)[..., None]
         draw = self._draw((*pos.shape[:-1], num_negatives))
         if exclude_positive:
@@ -77,8 +86,9 @@ class PopularitySampler:
         return torch.from_numpy(draw)
 
 
-def in_batch_sampler(positives: np.ndarray | torch.Tensor, num_items: int,
-                     seed: int = 0) -> PopularitySampler:
+def in_batch_sampler(
+    positives: np.ndarray | torch.Tensor, num_items: int, seed: int = 0
+) -> PopularitySampler:
     """A sampler over this batch's non-padding positives (frequency-weighted)."""
     pos = _as_numpy(positives).ravel()
     return PopularitySampler.from_items(pos[pos > 0], num_items, seed=seed)

@@ -70,7 +70,7 @@ class Sequences:
         return Sequences(offsets, self.items[gather], self.users[rows])
 
     def padded(self, max_len: int, rows: np.ndarray | None = None) -> np.ndarray:
-        """Left-padded ``(rows, max_len)`` int64 matrix of the last ``max_len`` items of each row."""
+        """Left-padded ``(rows, max_len)`` int64 matrix of the last ``max_len`` items per row."""
         rows = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64)
         out = np.zeros((rows.size, max_len), dtype=np.int64)
         ends = self.offsets[rows + 1]

@@ -67,8 +67,9 @@ def _keep(seqs: Sequences, mask: np.ndarray) -> Sequences:
     return _from_flat(row[mask], seqs.items[mask], len(seqs), seqs.users)
 
 
-def _distinct(seqs: Sequences, num_items: int, minus: Sequences | None = None,
-              keep_order: bool = False) -> Sequences:
+def _distinct(
+    seqs: Sequences, num_items: int, minus: Sequences | None = None, keep_order: bool = False
+) -> Sequences:
     """Per-row distinct items (ascending, or in first-occurrence order), minus ``minus``'s row."""
     row, _ = _positions(seqs)
     key = row * (num_items + 1) + seqs.items
@@ -78,8 +79,9 @@ def _distinct(seqs: Sequences, num_items: int, minus: Sequences | None = None,
     if minus is not None:
         minus_row, _ = _positions(minus)
         unique_key = unique_key[~np.isin(unique_key, minus_row * (num_items + 1) + minus.items)]
-    return _from_flat(unique_key // (num_items + 1), unique_key % (num_items + 1), len(seqs),
-                      seqs.users)
+    return _from_flat(
+        unique_key // (num_items + 1), unique_key % (num_items + 1), len(seqs), seqs.users
+    )
 
 
 def _task(history: Sequences, targets: Sequences, num_items: int) -> EvalTask:
@@ -87,10 +89,12 @@ def _task(history: Sequences, targets: Sequences, num_items: int) -> EvalTask:
     return EvalTask(history.users, history, targets, exclude)
 
 
-def _split(data: Interactions, train: Sequences, valid: EvalTask, test: EvalTask,
-           protocol: str) -> Split:
-    return Split(train, valid, test, data.num_items, data.num_users, data.item_ids,
-                 data.user_ids, protocol)
+def _split(
+    data: Interactions, train: Sequences, valid: EvalTask, test: EvalTask, protocol: str
+) -> Split:
+    return Split(
+        train, valid, test, data.num_items, data.num_users, data.item_ids, data.user_ids, protocol
+    )
 
 
 # -- leave-one-out ---------------------------------------------------------------------------
@@ -120,8 +124,13 @@ def leave_one_out(data: Interactions) -> Split:
 # -- global temporal split -------------------------------------------------------------------
 
 
-def _stage(seqs: Sequences, history_mask: np.ndarray, target_mask: np.ndarray,
-           num_items: int, unseen_policy: str) -> EvalTask:
+def _stage(
+    seqs: Sequences,
+    history_mask: np.ndarray,
+    target_mask: np.ndarray,
+    num_items: int,
+    unseen_policy: str,
+) -> EvalTask:
     history = _keep(seqs, history_mask)
     targets = _distinct(_keep(seqs, target_mask), num_items, keep_order=True)
     if unseen_policy == "drop":
@@ -134,8 +143,12 @@ def _stage(seqs: Sequences, history_mask: np.ndarray, target_mask: np.ndarray,
     return _task(history.select(rows), targets.select(rows), num_items)
 
 
-def temporal_split(data: Interactions, valid_quantile: float = 0.8, test_quantile: float = 0.9,
-                   unseen_policy: str = "drop") -> Split:
+def temporal_split(
+    data: Interactions,
+    valid_quantile: float = 0.8,
+    test_quantile: float = 0.9,
+    unseen_policy: str = "drop",
+) -> Split:
     """Global time cuts at the given quantiles of all timestamps (see the module docstring)."""
     if data.timestamp is None:
         raise DataFormatError(data.source, "has no timestamps, so it cannot be split by time")
@@ -172,8 +185,12 @@ def _prefix_task(sessions: Sequences) -> EvalTask:
     return EvalTask(users, history, targets, empty)
 
 
-def session_split(data: Interactions, valid_fraction: float = 0.1, test_fraction: float = 0.1,
-                  unseen_policy: str = "drop") -> Split:
+def session_split(
+    data: Interactions,
+    valid_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    unseen_policy: str = "drop",
+) -> Split:
     """Sessions (the table's users) split by start time; see the module docstring."""
     if not (valid_fraction >= 0.0 and test_fraction > 0.0 and valid_fraction + test_fraction < 1):
         raise ValueError("need valid_fraction >= 0, test_fraction > 0 and their sum < 1")

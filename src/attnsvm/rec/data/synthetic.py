@@ -31,9 +31,16 @@ class GroundTruth:
     trigger_to_target: np.ndarray  # (num_items + 1,) each trigger's target; 0 elsewhere
 
 
-def make_planted(num_users: int = 2000, num_items: int = 300, length: int = 20,
-                 num_triggers: int = 20, noise: float = 0.0, popularity_skew: float = 1.0,
-                 seed: int = 0, max_gap: int | None = None) -> tuple[Interactions, GroundTruth]:
+def make_planted(
+    num_users: int = 2000,
+    num_items: int = 300,
+    length: int = 20,
+    num_triggers: int = 20,
+    noise: float = 0.0,
+    popularity_skew: float = 1.0,
+    seed: int = 0,
+    max_gap: int | None = None,
+) -> tuple[Interactions, GroundTruth]:
     """``num_users`` sequences of ``length`` items; ``max_gap`` defaults to ``length // 2``."""
     max_gap = max(1, length // 2) if max_gap is None else max_gap
     if length < 3:

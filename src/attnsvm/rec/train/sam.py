@@ -35,6 +35,13 @@ class SAM(torch.optim.Optimizer):
         self.param_groups = self.base.param_groups
         self.defaults.update(self.base.defaults)
 
+    def state_dict(self) -> dict:
+        """The base optimiser's state (SAM itself keeps none between steps), for resuming."""
+        return self.base.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.base.load_state_dict(state_dict)
+
     @torch.no_grad()
     def _perturb(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         grads = [p.grad for group in self.param_groups for p in group["params"]

@@ -82,8 +82,16 @@ def _adamw(params: Iterable[torch.nn.Parameter], train: TrainConfig) -> Optimize
 
 # name → factory. The step calls ``optimizer.step(closure)``; the closure recomputes loss and
 # gradients, so two-pass optimisers (SAM) plug in here without touching the loop.
+def _sam(params: Iterable[torch.nn.Parameter], train: TrainConfig) -> Optimizer:
+    from attnsvm.rec.train.sam import SAM
+
+    return SAM(params, torch.optim.AdamW, rho=train.sam_rho, lr=train.lr, betas=train.betas,
+               weight_decay=train.weight_decay)
+
+
 OPTIMIZERS: dict[str, Callable[[Iterable[torch.nn.Parameter], TrainConfig], Optimizer]] = {
     "adamw": _adamw,
+    "sam": _sam,
 }
 
 
@@ -356,15 +364,20 @@ class _Loop:
 
     # -- one epoch ------------------------------------------------------------------------
 
+    def begin_epoch(self, epoch: int) -> torch.Generator:
+        """Re-seed the epoch's streams; returns the generator of its order and cloze masks."""
+        seed = self.config.train.seed
+        torch.manual_seed(epoch_seed(seed, epoch, 1))
+        if self.loss.sampled:
+            self.sampler = negative_sampler(
+                self.loss.sampler, self.popularity, epoch_seed(seed, epoch, 2)
+            )
+        return torch.Generator().manual_seed(epoch_seed(seed, epoch, 0))
+
     def run_epoch(self, progress: Progress) -> dict[str, Any]:
         train = self.config.train
         epoch = self.epoch + 1
-        generator = torch.Generator().manual_seed(epoch_seed(train.seed, epoch, 0))
-        torch.manual_seed(epoch_seed(train.seed, epoch, 1))
-        if self.loss.sampled:
-            self.sampler = negative_sampler(
-                self.loss.sampler, self.popularity, epoch_seed(train.seed, epoch, 2)
-            )
+        generator = self.begin_epoch(epoch)
         order = torch.randperm(len(self.examples), generator=generator).numpy()
         batches = [order[i : i + train.batch_size] for i in range(0, len(order), train.batch_size)]
         if train.steps_per_epoch is not None:
@@ -415,8 +428,6 @@ def _prepare(config: RunConfig, run_dir: Path | None, resume: bool):
         run, state = None, None
     split = load_split(config.data)
     model = build(config, split.num_items)
-    if len(split.valid) == 0:
-        raise TrainingError("no user has the 3 interactions leave-one-out needs to be evaluated")
     return config, split, model, run, state
 
 

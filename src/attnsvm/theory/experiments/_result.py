@@ -13,8 +13,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 #: A figure maker: draws into a new matplotlib Figure it is given.
 Plotter = Callable[[plt.Figure], None]
@@ -63,6 +63,9 @@ class ExperimentResult:
     notes: list[str]
     seconds: float
     figures: dict[str, Plotter] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.checks = {name: bool(ok) for name, ok in self.checks.items()}
 
     def to_json(self) -> dict:
         return _jsonable({"experiment": self.name, "config": self.config, "seconds": self.seconds,

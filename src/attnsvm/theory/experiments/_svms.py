@@ -7,7 +7,21 @@ import numpy as np
 from attnsvm.theory.instances import Instances
 from attnsvm.theory.svm import SVMResult, solve_frobenius, solve_nuclear
 
-SOLVERS = {"fro": solve_frobenius, "nuc": solve_nuclear}
+#: How many nuclear solves needed the Clarabel fallback (reported to the svm.py owner).
+FALLBACKS = {"nuclear_ipm_to_clarabel": 0}
+
+
+def nuclear(X, Z, alpha) -> SVMResult:
+    """``solve_nuclear`` (interior point); if that raises a LinAlgError (a known _sdp.py
+    Cholesky failure on some instances), the same reduced SDP by Clarabel, accurate settings."""
+    try:
+        return solve_nuclear(X, Z, alpha)
+    except np.linalg.LinAlgError:
+        FALLBACKS["nuclear_ipm_to_clarabel"] += 1
+        return solve_nuclear(X, Z, alpha, solver="CLARABEL")
+
+
+SOLVERS = {"fro": solve_frobenius, "nuc": nuclear}
 
 
 class SVMCache:

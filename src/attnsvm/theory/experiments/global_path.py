@@ -12,8 +12,9 @@ import numpy as np
 from attnsvm.theory.attention import AttentionProblem
 from attnsvm.theory.dynamics import train, visualization_init
 from attnsvm.theory.experiments._result import ExperimentResult
+from attnsvm.theory.experiments._svms import nuclear
 from attnsvm.theory.instances import visualization1, visualization2
-from attnsvm.theory.svm import correlation, solve_frobenius, solve_nuclear
+from attnsvm.theory.svm import correlation, solve_frobenius
 
 INSTANCES = {"visualization1": visualization1, "visualization2": visualization2}
 #: Seed of the K(0) = 0.1 N(0, 1) draw (the notebooks draw it from the unseeded global RNG).
@@ -30,7 +31,7 @@ NOTES = [
 def _one(inst, steps):
     X, _, Z, _ = inst.one(0)
     opt = inst.optimal()[0]
-    fro, nuc = solve_frobenius(X, Z, opt), solve_nuclear(X, Z, opt)
+    fro, nuc = solve_frobenius(X, Z, opt), nuclear(X, Z, opt)
     if not (fro.feasible and nuc.feasible):
         raise RuntimeError("the visualization instance must be separable (its SVM is infeasible)")
     problem = AttentionProblem.from_instances(inst)

@@ -60,7 +60,8 @@ def run(seeds: int = 100, *, n: int = 6, T: int = 8, d: int = 10, steps: int = 2
         "at_1000": {k: quantiles(c[:, half]) for k, c in curves.items()},
         "max_prob": {p: {str(k): float(t.max_prob[:, k].mean()) for k in (100, 200, 500, steps - 1)
                          if k < steps} for p, t in traj.items()},
-        "frac_alpha_opt": {p: float(np.mean((t.selected() == opt).all(-1))) for p, t in traj.items()},
+        "frac_alpha_opt": {p: float(np.mean((t.selected() == opt).all(-1)))
+                           for p, t in traj.items()},
         "frac_same_alpha": float(np.mean((traj["W"].selected() == traj["KQ"].selected()).all(-1))),
         "infeasible_selections": {k: int((~f).sum()) for k, f in feasible.items()},
         "rank_fro_mean": float(np.mean(fro_ranks)) if fro_ranks else float("nan"),

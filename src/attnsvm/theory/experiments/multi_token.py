@@ -138,7 +138,7 @@ def run(seeds: int = 500, *, dims=DIMENSIONS, n: int = 3, T: int = 4, steps: int
         scatter[int(d)] = accepted
     checks = {}
     for d, m in by_d.items():
-        if m["accepted"] < min(seeds, 20):
+        if m["accepted"] < 20:  # theory.md §3.4: at least 20 accepted runs per d
             continue
         f = m["final_one_minus_corr"]
         if d == 10:

@@ -55,7 +55,7 @@ def run(model, item_seq: torch.Tensor, users: torch.Tensor | None = None, **kwar
     return model(item_seq, **kwargs)
 
 
-def overfit(model, train: Sequences, steps: int = 150, lr: float = 1e-2) -> float:
+def overfit(model, train: Sequences, steps: int = 60, lr: float = 1e-2) -> float:
     """Full-batch CE on the model's objective; returns HR@1 of each row's last item."""
     examples = make_examples(train, model.objective)
     index = np.arange(len(examples))

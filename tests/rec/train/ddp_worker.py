@@ -1,0 +1,45 @@
+"""Run under ``torchrun`` by test_train_distributed.py: evaluate a checkpoint, take one step.
+
+    torchrun --nproc_per_node=N ddp_worker.py RUN_DIR DATA OUT
+
+Writes (rank 0) ``OUT/eval.json``: test metrics of RUN_DIR's checkpoint, ranked in shards, and
+``OUT/step.safetensors``: the weights after one optimiser step on the first global batch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from train_helpers import step_config
+
+from attnsvm.rec.train import distributed, load_run
+from attnsvm.rec.train.checkpoint import save_weights
+from attnsvm.rec.train.trainer import _Loop, build, evaluate_model, load_split
+
+
+def main() -> None:
+    run_dir, data, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    torch.set_num_threads(1)
+    context = distributed.init_from_env()
+    run = load_run(run_dir)
+    split = load_split(run.config.data)
+    result = evaluate_model(run.model, split.test, split.num_items, run.config.eval, run.max_len,
+                            context=context)
+    config = step_config(data)
+    split = load_split(config.data)
+    model = build(config, split.num_items)
+    loop = _Loop(config, split, model, context)
+    distributed.broadcast_parameters(model, context)
+    loop.train_step(np.arange(len(loop.examples)), loop.begin_epoch(1))
+    if context.is_main:
+        (out / "eval.json").write_text(json.dumps(result.metrics))
+        save_weights(model, out / "step.safetensors")
+    distributed.shutdown(context)
+
+
+if __name__ == "__main__":
+    main()
