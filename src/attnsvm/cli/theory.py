@@ -14,8 +14,9 @@ DEFAULT_OUT = Path("theory-results")
 
 def _report(name: str, result, out_dir: Path) -> None:
     paths = result.save(out_dir)
-    console.print(f"[bold]{name}[/bold] ({result.seconds:.1f} s): "
-                  f"{EXPERIMENTS[name].headline(result)}")
+    console.print(
+        f"[bold]{name}[/bold] ({result.seconds:.1f} s): {EXPERIMENTS[name].headline(result)}"
+    )
     for check, ok in result.checks.items():
         console.print(f"  {'[green]pass[/green]' if ok else '[red]FAIL[/red]'}  {check}")
     console.print("  [dim]differences from the official notebook:[/dim]")
@@ -34,16 +35,22 @@ def list_experiments() -> None:
 @app.command("run")
 def run(
     name: str = typer.Argument(..., help=f"one of: {', '.join(EXPERIMENTS)}"),
-    seeds: int = typer.Option(None, "--seeds", min=1, help="seeds (multi-token: accepted runs "
-                              "per d); default: the notebook's count"),
+    seeds: int = typer.Option(
+        None,
+        "--seeds",
+        min=1,
+        help="seeds (multi-token: accepted runs per d); default: the notebook's count",
+    ),
     out: Path = typer.Option(None, "--out", help="output folder (default theory-results/NAME)"),
     quick: bool = typer.Option(False, "--quick", help="the demo's small settings"),
     progress: bool = typer.Option(False, "--progress/--no-progress", help="GD progress bars"),
 ) -> None:
     """Run one experiment; write results.json and its PNG figures."""
     if name not in EXPERIMENTS:
-        raise typer.BadParameter(f"unknown experiment {name!r}; choose one of "
-                                 f"{', '.join(EXPERIMENTS)}", param_hint="NAME")
+        raise typer.BadParameter(
+            f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)}",
+            param_hint="NAME",
+        )
     result = run_experiment(name, seeds, quick=quick, progress=progress)
     _report(name, result, out or DEFAULT_OUT / name)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -93,8 +94,9 @@ def train_command(
             )
         run_config = apply_overrides(run_config, set_ or [])
         result = train(run_config, out_dir, show_progress=progress)
-    out.print(_metrics_table(f"test metrics (best epoch {result.best_epoch})", result.test))
-    out.print(f"run directory: {result.run_dir}")
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, only the main process reports
+        out.print(_metrics_table(f"test metrics (best epoch {result.best_epoch})", result.test))
+        out.print(f"run directory: {result.run_dir}")
 
 
 @_clean_errors
