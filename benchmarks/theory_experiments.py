@@ -84,8 +84,11 @@ def official_train(X, Y, Z, head, univariate, steps, relu=False):
         for p in params:
             p.grad /= p.grad.norm() + EPS
         optimizer.step()
-        W = model.W.weight.detach().T if univariate else \
-            model.query.weight.T.mm(model.key.weight).T.detach()
+        W = (
+            model.W.weight.detach().T
+            if univariate
+            else model.query.weight.T.mm(model.key.weight).T.detach()
+        )
         Ws[it] = W.numpy()
     return Ws, model.sfx_out.detach()[:, 0].numpy()
 
@@ -112,15 +115,20 @@ def official_seed(inst, s, steps, norms_by_param, relu=False):
 
 def official_global_path(sample):
     from attnsvm.theory.instances import visualization1, visualization2
-    total = sum(official_seed(make(), 0, 2000, [(True, (True, False)), (False, ())])
-                for make in (visualization1, visualization2))
+
+    total = sum(
+        official_seed(make(), 0, 2000, [(True, (True, False)), (False, ())])
+        for make in (visualization1, visualization2)
+    )
     return total, "both instances, run in full"
 
 
 def official_local_convergence(sample):
     inst = paper_instances(range(sample), 6, 8, 10)
-    per = [official_seed(inst, s, 2000, [(True, (True, False)), (False, (True, False))])
-           for s in range(sample)]
+    per = [
+        official_seed(inst, s, 2000, [(True, (True, False)), (False, (True, False))])
+        for s in range(sample)
+    ]
     return statistics.mean(per) * 100, f"{sample} of 100 seeds, x100/{sample}"
 
 
@@ -128,8 +136,10 @@ def official_overparameterization(sample):
     total = 0.0
     for d in (2, 4, 7, 10, 15, 20):
         inst = paper_instances(range(sample), 6, 8, d)
-        per = [official_seed(inst, s, 2000, [(True, (True,)), (False, (True, False))])
-               for s in range(sample)]
+        per = [
+            official_seed(inst, s, 2000, [(True, (True,)), (False, (True, False))])
+            for s in range(sample)
+        ]
         total += statistics.mean(per) * 30
     return total, f"{sample} of 30 seeds per d, x30/{sample}"
 
@@ -140,9 +150,15 @@ def official_rank(sample):
         for d in rank_experiment.DIMENSIONS:
             inst = paper_instances(range(sample), n, T, d)
             opt = inst.optimal()
-            per = [_timed(lambda s=s, inst=inst, opt=opt: [
-                solve_official_style(inst.X[s], inst.Z[s], opt[s], fro=f) for f in (True, False)])
-                for s in range(sample)]
+            per = [
+                _timed(
+                    lambda s=s, inst=inst, opt=opt: [
+                        solve_official_style(inst.X[s], inst.Z[s], opt[s], fro=f)
+                        for f in (True, False)
+                    ]
+                )
+                for s in range(sample)
+            ]
             total += statistics.mean(per) * 100
     return total, f"{sample} of 100 instances per cell (40 cells), x100/{sample}"
 
@@ -153,18 +169,26 @@ def official_multi_token(sample, ours_json):
     for d, m in ours_json["metrics"]["by_d"].items():
         inst = multi_token_instances(range(1, 1 + 4 * sample), 3, 4, int(d))
         trained = [s for s in range(len(inst.seeds)) if (inst.Y[s] < 0).any()][:sample]
-        per = [_timed(lambda s=s, inst=inst: official_train(*inst.one(s), True, 2001, relu=True))
-               for s in trained]
+        per = [
+            _timed(lambda s=s, inst=inst: official_train(*inst.one(s), True, 2001, relu=True))
+            for s in trained
+        ]
         X, _, Z, _ = inst.one(trained[0])
         solve = _timed(lambda X=X, Z=Z: solve_official_style(X, Z, np.zeros(3, int), fro=True))
         candidates = m["tried"] - m["rejected"]["all_positive"]
         total += statistics.mean(per) * candidates + 3 * solve * m["accepted"]
-    return total, (f"{sample} candidates per d timed, x (candidates trained by our run); "
-                   "+3 SVM solves per accepted run")
+    return total, (
+        f"{sample} candidates per d timed, x (candidates trained by our run); "
+        "+3 SVM solves per accepted run"
+    )
 
 
-OFFICIAL = {"global-path": official_global_path, "local-convergence": official_local_convergence,
-            "rank": official_rank, "overparameterization": official_overparameterization}
+OFFICIAL = {
+    "global-path": official_global_path,
+    "local-convergence": official_local_convergence,
+    "rank": official_rank,
+    "overparameterization": official_overparameterization,
+}
 
 
 def bench(name, out: Path, sample: int):
@@ -172,11 +196,16 @@ def bench(name, out: Path, sample: int):
     result = run_experiment(name)
     ours = time.perf_counter() - start
     result.save(out / name)
-    record = {"experiment": name, "ours_s": ours, "checks": result.checks,
-              "passed": f"{sum(result.checks.values())}/{len(result.checks)}"}
+    record = {
+        "experiment": name,
+        "ours_s": ours,
+        "checks": result.checks,
+        "passed": f"{sum(result.checks.values())}/{len(result.checks)}",
+    }
     if name == "multi-token":
-        record["official_s"], record["official_how"] = official_multi_token(sample,
-                                                                            result.to_json())
+        record["official_s"], record["official_how"] = official_multi_token(
+            sample, result.to_json()
+        )
     elif name in OFFICIAL:
         record["official_s"], record["official_how"] = OFFICIAL[name](sample)
     else:
@@ -186,24 +215,32 @@ def bench(name, out: Path, sample: int):
 
 
 def report(out: Path):
-    rows = [json.loads((out / f"bench_{n}.json").read_text()) for n in EXPERIMENTS
-            if (out / f"bench_{n}.json").exists()]
+    rows = [
+        json.loads((out / f"bench_{n}.json").read_text())
+        for n in EXPERIMENTS
+        if (out / f"bench_{n}.json").exists()
+    ]
     print("| experiment | ours (s) | official (s) | ratio | official timed as | checks |")
     print("|---|---|---|---|---|---|")
     ours_total = official_total = 0.0
     for r in rows:
         off = r["official_s"]
-        ratio = f"{off / r['ours_s']:.0f}x" if off else "-"
+        ratio = "-" if not off else f"{off / r['ours_s']:.{1 if off < 10 * r['ours_s'] else 0}f}x"
         if off:
             ours_total += r["ours_s"]
             official_total += off
-        print(f"| {r['experiment']} | {r['ours_s']:.1f} | {off:.0f} | {ratio} | "
-              f"{r['official_how']} | {r['passed']} |" if off else
-              f"| {r['experiment']} | {r['ours_s']:.1f} | - | - | {r['official_how']} | "
-              f"{r['passed']} |")
+        print(
+            f"| {r['experiment']} | {r['ours_s']:.1f} | {off:.0f} | {ratio} | "
+            f"{r['official_how']} | {r['passed']} |"
+            if off
+            else f"| {r['experiment']} | {r['ours_s']:.1f} | - | - | {r['official_how']} | "
+            f"{r['passed']} |"
+        )
     if official_total:
-        print(f"| **suite (with an official counterpart)** | {ours_total:.0f} | "
-              f"{official_total:.0f} | {official_total / ours_total:.0f}x | | |")
+        print(
+            f"| **suite (with an official counterpart)** | {ours_total:.0f} | "
+            f"{official_total:.0f} | {official_total / ours_total:.0f}x | | |"
+        )
 
 
 def main():

@@ -224,6 +224,11 @@ def table(out: Path) -> str:
             versus = f"{test['mean_difference']:+.4f} (p={test['t_pvalue']:.2g})"
         if "note" in metrics[0]:
             setting_name = f"{setting_name}: {metrics[0]['note']}"
+        if name in BASELINE_NAMES:
+            setting_name = "— (non-neural)"
+        else:
+            loss = PAPER[name].loss if setting_name.startswith("paper") else CE
+            setting_name = setting_name.replace("paper", f"paper {_loss_label(loss)}", 1)
         lines.append(
             f"| {dataset} | {name} | {setting_name} | {len(paths)} | {_pm(hr)} | {_pm(ndcg)} "
             f"| {seconds.mean():.0f} | "
@@ -231,6 +236,10 @@ def table(out: Path) -> str:
             f"| {versus} |"
         )
     return "\n".join(lines)
+
+
+def _loss_label(loss: LossConfig) -> str:
+    return loss.name if loss.name == "ce" else f"{loss.name}, {loss.num_negatives} neg."
 
 
 def _pm(values: np.ndarray) -> str:

@@ -48,7 +48,8 @@ def test_kq_gradient_matches_autograd_with_ridge():
     loss, dK, dQ, _ = problem.kq_loss_and_grad(K, Q, ridge)
     K_ad, Q_ad = K.clone().requires_grad_(True), Q.clone().requires_grad_(True)
     reference = _autograd_loss(problem, K_ad @ Q_ad.transpose(-1, -2)) + ridge * (
-        (K_ad**2).sum((-2, -1)) + (Q_ad**2).sum((-2, -1)))
+        (K_ad**2).sum((-2, -1)) + (Q_ad**2).sum((-2, -1))
+    )
     reference.sum().backward()
     np.testing.assert_allclose(loss.numpy(), reference.detach().numpy(), rtol=1e-13)
     np.testing.assert_allclose(dK.numpy(), K_ad.grad.numpy(), rtol=1e-10, atol=1e-14)
@@ -78,8 +79,9 @@ def test_conventions_match_the_official_selfattn(relu):
         official_out = torch.relu(official_w[:, None] @ (X @ head))[:, 0].sum(-1)
     else:
         official_out = (official_w[:, None] @ X)[:, 0] @ head
-    np.testing.assert_allclose(problem.output(ours_w[None])[0].numpy(), official_out.numpy(),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        problem.output(ours_w[None])[0].numpy(), official_out.numpy(), rtol=1e-12
+    )
 
 
 def test_loss_is_stable_for_large_outputs():

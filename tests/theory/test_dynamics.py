@@ -37,8 +37,11 @@ def _official_run(X, Y, Z, head, relu, W0=None, K0=None, Q0=None, steps=STEPS):
             out = torch.softmax((z @ query.T) @ (X @ key.T).transpose(-2, -1), dim=-1)
         sfx = out
         pooled = out @ X
-        y = (torch.relu(pooled @ head) @ torch.ones(d, dtype=torch.float64) if relu
-             else pooled @ head).view(-1)
+        y = (
+            torch.relu(pooled @ head) @ torch.ones(d, dtype=torch.float64)
+            if relu
+            else pooled @ head
+        ).view(-1)
         loss = torch.log(1 + torch.exp(-Y * y)).mean()
         if not univariate:
             loss = loss + EPS * (key.norm() ** 2 + query.norm() ** 2)
@@ -81,8 +84,9 @@ def test_default_init_is_the_nn_linear_law():
     # same law and generator as nn.Linear when its global RNG is seeded the same way
     torch.manual_seed(4)
     linear = torch.nn.Linear(10, 10, bias=False)
-    np.testing.assert_array_equal(default_init([4], 10)[0].numpy(),
-                                  linear.weight.detach().double().T.numpy())
+    np.testing.assert_array_equal(
+        default_init([4], 10)[0].numpy(), linear.weight.detach().double().T.numpy()
+    )
     K, Q = default_init([1, 2], 10, "KQ", m=7)
     assert K.shape == Q.shape == (2, 10, 7)
     np.testing.assert_array_equal(default_init([1, 2], 10, "KQ", m=7)[0], K)

@@ -124,8 +124,14 @@ def test_registry_rejects_bad_names_and_counts():
         run_experiment("nope")
     with pytest.raises(ValueError, match="seeds"):
         run_experiment("local-convergence", 0)
-    assert set(EXPERIMENTS) == {"global-path", "local-convergence", "rank", "multi-token",
-                                "overparameterization", "regularization-path"}
+    assert set(EXPERIMENTS) == {
+        "global-path",
+        "local-convergence",
+        "rank",
+        "multi-token",
+        "overparameterization",
+        "regularization-path",
+    }
 
 
 def test_cli_run_writes_results_and_prints_the_notes(tmp_path):

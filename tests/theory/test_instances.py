@@ -40,17 +40,22 @@ def _multi_token_generator(seed, n, T, d):  # multi_token_converge.ipynb, mode '
     return X, Y, Z, V, best_ids
 
 
-@pytest.mark.parametrize(("generator", "ours"), [
-    (_local_converge_generator, paper_instances),
-    (_multi_token_generator, multi_token_instances),
-])
+@pytest.mark.parametrize(
+    ("generator", "ours"),
+    [
+        (_local_converge_generator, paper_instances),
+        (_multi_token_generator, multi_token_instances),
+    ],
+)
 def test_bit_identical_to_the_notebook_generators(generator, ours):
     seeds = [0, 1, 17, 99]
     inst = ours(seeds, 6, 8, 10)
     assert inst.X.shape == (4, 6, 8, 10) and inst.X.dtype == np.float64
     for k, seed in enumerate(seeds):
-        X, Y, Z, p, best = (a.double().numpy() if a.is_floating_point() else a.numpy()
-                            for a in generator(seed, 6, 8, 10))
+        X, Y, Z, p, best = (
+            a.double().numpy() if a.is_floating_point() else a.numpy()
+            for a in generator(seed, 6, 8, 10)
+        )
         head = inst.v[k] if inst.head == "linear" else inst.V[k]
         for a, b in [(inst.X[k], X), (inst.Y[k], Y), (inst.Z[k], Z), (head, p)]:
             np.testing.assert_array_equal(a, b)

@@ -85,7 +85,6 @@ def test_opt_is_locally_optimal_when_feasible(seed, n, T, d):
     result = solve_frobenius(X, Z, opt)
     assert result.status == "optimal"  # d >= n: always feasible for distinct unit tokens
     neighbors = svm_neighbors(X, Z, opt, result.W)
-    assert neighbors.any(axis=1).all()  # every sequence has an active constraint
     np.testing.assert_array_equal(neighbors, result.support)
     assert is_locally_optimal(scores, opt, neighbors)
 

@@ -3,6 +3,7 @@
 import typer
 
 from attnsvm.cli import data, demo, theory
+from attnsvm.cli import lens as lens_commands
 from attnsvm.cli import train as train_commands
 
 app = typer.Typer(
@@ -14,6 +15,7 @@ app = typer.Typer(
 app.add_typer(theory.app, name="theory")
 app.add_typer(data.app, name="data")
 train_commands.register(app)
+lens_commands.register(app)
 demo.register(app)
 
 

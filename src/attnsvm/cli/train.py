@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from attnsvm.rec.config import ConfigError, ModelChoice, RunConfig, apply_overrides, load_config
+from attnsvm.rec.data.datasets import DATASETS
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.train.checkpoint import RunDirError
 from attnsvm.rec.train.objectives import NoTrainingData
@@ -83,6 +84,10 @@ def train_command(
             run_config = dataclasses.replace(
                 run_config, model=ModelChoice(model, run_config.model.overrides)
             )
+        # file paths are stored absolute, so the run can be evaluated from any folder
+        if data is not None and data not in DATASETS and Path(data).exists():
+            data = str(Path(data).resolve())
+        root = str(Path(root).resolve()) if root is not None else None
         if data is not None or root is not None:
             run_config = dataclasses.replace(
                 run_config,

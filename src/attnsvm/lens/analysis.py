@@ -30,7 +30,7 @@ from attnsvm.theory.tokens import NEIGHBOR_TOL, locally_optimal_sequences
 #: Weight of the slack in the soft-margin Att-SVM ``min ||W|| + C Σ ξ`` (per violated unit).
 SOFT_MARGIN_C = 1.0
 #: Largest dimension whose nuclear-norm Att-SVM is solved by an accurate interior point.
-ACCURATE_NUCLEAR_DIM = 24
+ACCURATE_NUCLEAR_DIM = 12
 #: SCS tolerance for the larger nuclear-norm problems (correlations good to about 1e-5).
 SCS_EPS = 1e-7
 #: Relative singular-value cut-off for the ranks reported (theory.md §3.5).
@@ -107,9 +107,9 @@ class Solution:
         }
 
 
-def conic_svm(pairs: Pairs, norm: str, C: float | None = SOFT_MARGIN_C) -> Solution:
+def conic_svm(pairs: Pairs, norm: str, C: float | None = SOFT_MARGIN_C) -> Solution | None:
     """The Att-SVM as one conic program: soft margin ``min ||W|| + C Σ ξ`` s.t. ``margin_k ≥
-    1 − ξ_k``, ``ξ ≥ 0``, or hard margin with ``C=None``.
+    1 − ξ_k``, ``ξ ≥ 0``, or hard margin with ``C=None`` (None if that is infeasible).
 
     ``P = W Zᵀ`` is its own variable, so each margin touches ``p`` numbers instead of ``p²``.
     Clarabel solves it, except nuclear norms above ``ACCURATE_NUCLEAR_DIM`` dimensions: their
@@ -140,6 +140,8 @@ def conic_svm(pairs: Pairs, norm: str, C: float | None = SOFT_MARGIN_C) -> Solut
         warnings.simplefilter("ignore", UserWarning)  # "inaccurate": the margins are re-checked
         problem.solve(solver=solver, **options)
     if W.value is None:
+        if C is None and problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+            return None
         raise RuntimeError(f"Att-SVM ({norm}): {solver} returned {problem.status}")
     value = W.value
     margin_values = pairs.margins(value)
@@ -163,19 +165,26 @@ MAX_ROUNDS = 50
 
 
 def _solve_all(pairs: Pairs, norm: str, C: float, hard: bool) -> Solution:
+    """Hard margin if ``hard`` and feasible (decided by the exact Frobenius solver; Clarabel's
+    conic form where that solver gives up), else the soft margin."""
     start = time.perf_counter()
-    if hard:
-        alpha = np.zeros(len(pairs), dtype=np.int64)
-        result = svm.solve_frobenius(pairs.X, pairs.Z, alpha)  # exact; decides feasibility
-        if result.feasible and norm == "nuclear":
-            if pairs.X.shape[2] > ACCURATE_NUCLEAR_DIM:
-                return conic_svm(pairs, norm, None)
-            result = svm.solve_nuclear(pairs.X, pairs.Z, alpha)
-        if result.feasible:
-            return Solution(norm, "hard", result.W, result.objective,
-                            time.perf_counter() - start, pairs.margins(result.W),
-                            solver=result.solver)
-    return conic_svm(pairs, norm, C)
+    if not hard:
+        return conic_svm(pairs, norm, C)
+    alpha = np.zeros(len(pairs), dtype=np.int64)
+    try:
+        result = svm.solve_frobenius(pairs.X, pairs.Z, alpha)
+    except RuntimeError:  # the min-norm-point solver stalled (reported upstream): go conic
+        solution = conic_svm(pairs, norm, None)
+        return solution if solution is not None else conic_svm(pairs, norm, C)
+    if not result.feasible:
+        return conic_svm(pairs, norm, C)
+    if norm == "nuclear":
+        if pairs.X.shape[2] > ACCURATE_NUCLEAR_DIM:
+            return conic_svm(pairs, norm, None)
+        # Clarabel, not the default in-house interior point: that one can fail a Cholesky
+        result = svm.solve_nuclear(pairs.X, pairs.Z, alpha, solver="CLARABEL")
+    return Solution(norm, "hard", result.W, result.objective, time.perf_counter() - start,
+                    pairs.margins(result.W), solver=result.solver)
 
 
 def solve(pairs: Pairs, norm: str, C: float = SOFT_MARGIN_C,

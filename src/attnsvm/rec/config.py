@@ -63,6 +63,7 @@ class TrainConfig:
     warmup_steps: int = 0  # linear warm-up from 0 to lr, then constant
     grad_clip: float | None = 1.0  # max global gradient norm; None: no clipping
     patience: int = 10  # epochs without a better validation metric before stopping
+    keep: str = "best"  # "best": best validation epoch, early stopping; "last": final epoch
     seed: int = 0
     bf16: bool = False  # bfloat16 autocast for forward passes
     compile: bool = False  # torch.compile the model for training
@@ -251,6 +252,8 @@ def validate(config: RunConfig, source: str = "config") -> None:
         raise ConfigError(f"{source}: data.max_len must be ≥ 1")
     if "max_len" in config.model.overrides:
         raise ConfigError(f"{source}: set the window length as data.max_len, not model.max_len")
+    if train.keep not in ("best", "last"):
+        raise ConfigError(f"{source}: train.keep must be 'best' or 'last'")
     if train.optimizer not in OPTIMIZERS:
         raise ConfigError(f"{source}: train.optimizer must be one of {OPTIMIZERS}")
     for name in ("epochs", "batch_size", "patience"):

@@ -27,8 +27,9 @@ def main() -> None:
     context = distributed.init_from_env()
     run = load_run(run_dir)
     split = load_split(run.config.data)
-    result = evaluate_model(run.model, split.test, split.num_items, run.config.eval, run.max_len,
-                            context=context)
+    result = evaluate_model(
+        run.model, split.test, split.num_items, run.config.eval, run.max_len, context=context
+    )
     config = step_config(data)
     split = load_split(config.data)
     model = build(config, split.num_items)

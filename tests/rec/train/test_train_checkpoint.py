@@ -36,16 +36,22 @@ def test_resume_state_loads_with_weights_only(tmp_path):
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     model(torch.ones(4, 3)).sum().backward()
     optimizer.step()
-    state = {"optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(), "epoch": 3,
-             "history": [{"epoch": 1, "valid": {"NDCG@10": 0.5}}], "best": float("-inf")}
+    state = {
+        "optimizer": optimizer.state_dict(),
+        "rng": torch.get_rng_state(),
+        "epoch": 3,
+        "history": [{"epoch": 1, "valid": {"NDCG@10": 0.5}}],
+        "best": float("-inf"),
+    }
     save_resume_state(tmp_path / "resume.pt", state)
     loaded = load_resume_state(tmp_path / "resume.pt")  # weights_only=True inside
     assert loaded["epoch"] == 3 and loaded["history"] == state["history"]
     assert torch.equal(loaded["rng"], state["rng"])
     restored = torch.optim.AdamW(model.parameters(), lr=0.1)
     restored.load_state_dict(loaded["optimizer"])
-    assert torch.equal(restored.state_dict()["state"][0]["exp_avg"],
-                       optimizer.state_dict()["state"][0]["exp_avg"])
+    assert torch.equal(
+        restored.state_dict()["state"][0]["exp_avg"], optimizer.state_dict()["state"][0]["exp_avg"]
+    )
 
 
 def test_a_failed_write_leaves_nothing(tmp_path):

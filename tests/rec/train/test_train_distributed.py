@@ -26,10 +26,21 @@ def test_two_processes_match_one(trained_run, walks, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         torchrun = shutil.which("torchrun")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    command = [str(torchrun), "--standalone", "--nproc_per_node=2", str(HERE / "ddp_worker.py"),
-               str(trained_run), str(walks), str(tmp_path)]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [
+        str(torchrun),
+        "--standalone",
+        "--nproc_per_node=2",
+        str(HERE / "ddp_worker.py"),
+        str(trained_run),
+        str(walks),
+        str(tmp_path),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
 

@@ -17,8 +17,9 @@ from attnsvm.rec.train.objectives import (
     negative_sampler,
 )
 
-rows_strategy = st.lists(st.lists(st.integers(1, 9), min_size=0, max_size=12), min_size=1,
-                         max_size=8)
+rows_strategy = st.lists(
+    st.lists(st.integers(1, 9), min_size=0, max_size=12), min_size=1, max_size=8
+)
 
 
 def left_pad(items: list[int], max_len: int) -> list[int]:
@@ -52,8 +53,12 @@ def test_last_position_uses_every_prefix(rows, max_len):
         return
     examples = make_examples(train, "last")
     batch = make_batch(train, examples, np.arange(len(examples)), "last", max_len)
-    expected = [(left_pad(row[:end], max_len), row[end])
-                for row in rows if len(row) >= 2 for end in range(1, len(row))]
+    expected = [
+        (left_pad(row[:end], max_len), row[end])
+        for row in rows
+        if len(row) >= 2
+        for end in range(1, len(row))
+    ]
     assert list(zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True)) == expected
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -25,8 +26,16 @@ from attnsvm.rec.train.checkpoint import RunDirectory
 
 def test_a_run_directory_is_whole_and_the_model_learns(trained_run):
     names = {p.name for p in trained_run.iterdir()}
-    assert names == {"config.json", "model.json", "model.safetensors", "id_maps.json",
-                     "metrics.json", "test_eval.json", "test_eval.npz", "log.jsonl"}
+    assert names == {
+        "config.json",
+        "model.json",
+        "model.safetensors",
+        "id_maps.json",
+        "metrics.json",
+        "test_eval.json",
+        "test_eval.npz",
+        "log.jsonl",
+    }
     metrics = json.loads((trained_run / "metrics.json").read_text())
     assert metrics["protocol"].startswith("leave-one-out, full ranking, seen items excluded")
     log = [json.loads(line) for line in (trained_run / "log.jsonl").read_text().splitlines()]
@@ -41,7 +50,8 @@ def test_evaluate_run_reproduces_the_saved_metrics(trained_run):
     saved = json.loads((trained_run / "metrics.json").read_text())
     assert evaluate_run(trained_run, "test").metrics == pytest.approx(saved["test"], abs=1e-12)
     assert evaluate_run(trained_run, "valid").metrics["NDCG@10"] == pytest.approx(
-        saved["valid"]["NDCG@10"], abs=1e-12)
+        saved["valid"]["NDCG@10"], abs=1e-12
+    )
 
 
 def test_recommend_speaks_external_ids(trained_run):
@@ -83,8 +93,9 @@ def test_nan_loss_stops_with_a_clear_message(walks, tmp_path, monkeypatch):
 
 
 def test_attention_snapshots_every_epoch(walks, tmp_path):
-    run = train(tiny_config(walks, epochs=2), tmp_path / "run", [AttentionSnapshots()],
-                show_progress=False).run_dir
+    run = train(
+        tiny_config(walks, epochs=2), tmp_path / "run", [AttentionSnapshots()], show_progress=False
+    ).run_dir
     files = sorted(p.name for p in (run / "attention").iterdir())
     assert files == ["epoch_0000.safetensors", "epoch_0001.safetensors", "epoch_0002.safetensors"]
     with safe_open(run / "attention" / "epoch_0002.safetensors", framework="pt") as snapshot:
@@ -95,16 +106,24 @@ def test_attention_snapshots_every_epoch(walks, tmp_path):
         assert not torch.equal(snapshot.get_tensor("layer0.q_weight"), q)  # training moved W_Q
 
 
-@pytest.mark.parametrize(("model", "loss"), [
-    ("bert4rec", None),
-    ("sasrec", LossConfig(name="sampled_softmax", num_negatives=5, sampler="popularity",
-                          logq_correction=True)),
-    ("gsasrec", LossConfig(name="gbce", num_negatives=5)),
-    ("bsarec", None),
-])
+@pytest.mark.parametrize(
+    ("model", "loss"),
+    [
+        ("bert4rec", None),
+        (
+            "sasrec",
+            LossConfig(
+                name="sampled_softmax", num_negatives=5, sampler="popularity", logq_correction=True
+            ),
+        ),
+        ("gsasrec", LossConfig(name="gbce", num_negatives=5)),
+        ("bsarec", None),
+    ],
+)
 def test_every_objective_and_loss_trains(walks, tmp_path, model, loss):
-    result = train(tiny_config(walks, model=model, epochs=1, loss=loss), tmp_path / "run",
-                   show_progress=False)
+    result = train(
+        tiny_config(walks, model=model, epochs=1, loss=loss), tmp_path / "run", show_progress=False
+    )
     assert 0.0 <= result.test["NDCG@10"] <= 1.0 and result.epochs == 1
 
 
@@ -114,3 +133,30 @@ def test_bad_data_leaves_no_run_directory(tmp_path):
         train(tiny_config(tmp_path / "short.txt"), tmp_path / "run", show_progress=False)
     assert list(tmp_path.iterdir()) == [tmp_path / "short.txt"]
     assert not RunDirectory(tmp_path / "run").partial.exists()
+
+
+def test_bf16_warmup_keep_last_and_labelled_sampled_metrics(walks, tmp_path):
+    config = tiny_config(walks, epochs=2)
+    config = dataclasses.replace(
+        config,
+        train=dataclasses.replace(
+            config.train, bf16=True, warmup_steps=10, keep="last", patience=1
+        ),
+        eval=dataclasses.replace(config.eval, sampled_negatives=20, sampled_sampler="uniform"),
+    )
+    result = train(config, tmp_path / "run", show_progress=False)
+    assert result.epochs == 2 and result.best_epoch == 2  # keep="last": no early stopping
+    log = [json.loads(line) for line in (result.run_dir / "log.jsonl").read_text().splitlines()]
+    assert log[0]["lr"] < config.train.lr  # still warming up after the first epoch's 4 steps
+    metrics = json.loads((result.run_dir / "metrics.json").read_text())
+    assert "NDCG@10 (sampled: 20 uniform)" in metrics["test_sampled"]
+
+
+@pytest.mark.slow
+def test_demo_learns_the_planted_structure(tmp_path):
+    """``make demo``'s model (about a minute on 2 idle cores); popularity scores HR@10 = 0 here."""
+    from attnsvm.rec.train import demo_train
+
+    torch.set_num_threads(2)
+    run_dir, metrics = demo_train(tmp_path, show_progress=False)
+    assert metrics["HR@10"] > 0.3 and (run_dir / "model.safetensors").is_file()

@@ -24,11 +24,26 @@ def write_walks(path: Path, num_users: int = 120, seed: int = 0) -> Path:
     return path
 
 
-def tiny_config(data: Path, *, model: str = "sasrec+", epochs: int = 3, dropout: float = 0.1,
-                loss: LossConfig | None = None, seed: int = 0) -> RunConfig:
+def tiny_config(
+    data: Path,
+    *,
+    model: str = "sasrec+",
+    epochs: int = 3,
+    dropout: float = 0.1,
+    loss: LossConfig | None = None,
+    seed: int = 0,
+) -> RunConfig:
     return RunConfig(
-        model=ModelChoice(model, {"hidden_size": 16, "ffn_size": 16, "num_blocks": 1,
-                                  "dropout": dropout, "attention_dropout": dropout}),
+        model=ModelChoice(
+            model,
+            {
+                "hidden_size": 16,
+                "ffn_size": 16,
+                "num_blocks": 1,
+                "dropout": dropout,
+                "attention_dropout": dropout,
+            },
+        ),
         data=DataConfig(dataset=str(data), max_len=12),
         loss=loss,
         train=TrainConfig(epochs=epochs, batch_size=32, lr=1e-2, patience=10, seed=seed),
@@ -38,5 +53,6 @@ def tiny_config(data: Path, *, model: str = "sasrec+", epochs: int = 3, dropout:
 
 def step_config(data: Path) -> RunConfig:
     """No dropout (its masks depend on the process count) and sampled negatives (they must not)."""
-    return tiny_config(data, model="sasrec", dropout=0.0,
-                       loss=LossConfig(name="bce", num_negatives=3))
+    return tiny_config(
+        data, model="sasrec", dropout=0.0, loss=LossConfig(name="bce", num_negatives=3)
+    )

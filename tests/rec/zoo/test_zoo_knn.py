@@ -5,12 +5,19 @@ import math
 import numpy as np
 import pytest
 import torch
+from zoo_helpers import one_thread
 
 from attnsvm.rec.data.sequences import EvalTask, Sequences
 from attnsvm.rec.eval import evaluate
 from attnsvm.rec.models.knn import BASELINES, Popularity, SessionKNN, build_baseline
 
 NUM_ITEMS = 12
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    with one_thread():
+        yield
 
 
 def data(seed: int = 0) -> tuple[Sequences, EvalTask]:

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from zoo_helpers import MAX_LEN, NUM_ITEMS, make_model
+from zoo_helpers import MAX_LEN, NUM_ITEMS, make_model, one_thread
 
 from attnsvm.rec.models.actsr import adversarial_step, calibrated_parameters
 from attnsvm.rec.models.convformer import CausalDepthwiseConv
@@ -14,6 +14,12 @@ from attnsvm.rec.models.strec import query_counts
 from attnsvm.rec.nn.losses import full_ce_loss
 from attnsvm.rec.nn.sse import StochasticSharedEmbedding, sse_replace
 from attnsvm.rec.train.sam import SAM
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    with one_thread():
+        yield
 
 
 def naive_scan(u, delta, A, B, C, D):
@@ -153,6 +159,8 @@ def test_ssept_personalises_and_falls_back_to_the_unknown_user() -> None:
     unknown = model.score_last(seq)
     torch.testing.assert_close(model.score_last(seq, torch.tensor([20, 999])), unknown)
     assert model.output_embedding().shape == (NUM_ITEMS + 1, model.config.hidden_size)
+    with pytest.raises(ValueError, match="item ids must lie"):
+        model.score_last(seq + NUM_ITEMS, torch.tensor([3, 4]))
 
 
 def test_strec_needs_timestamps_and_uses_them() -> None:

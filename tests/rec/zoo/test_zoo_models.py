@@ -3,12 +3,27 @@
 import numpy as np
 import pytest
 import torch
-from zoo_helpers import MAX_LEN, NUM_ITEMS, ZOO, make_model, overfit, run, tiny_sequences
+from zoo_helpers import (
+    MAX_LEN,
+    NUM_ITEMS,
+    ZOO,
+    make_model,
+    one_thread,
+    overfit,
+    run,
+    tiny_sequences,
+)
 
 from attnsvm.rec.models import catalogue
 from attnsvm.rec.train.objectives import make_batch, make_examples
 
 CAUSAL_CAPABLE = ("ssept", "actsr", "convformer", "matrrec")
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    with one_thread():
+        yield
 
 
 def random_sequences(seed: int = 0) -> torch.Tensor:
@@ -96,3 +111,20 @@ def test_attention_models_expose_weights_for_the_lens(name: str) -> None:
         assert weights.shape[:2] == (3, model.config.num_heads)
         torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)))
     torch.testing.assert_close(out.hidden, run(model, seq, torch.tensor([0, 1, 2])))
+
+
+@pytest.mark.parametrize("name", ["bsarec", "ssept", "actsr", "adamct", "matrrec"])
+def test_the_lens_reads_every_attention_model(name: str) -> None:
+    """The lens's W = K Qᵀ/√d reproduces each head's attention of the last position exactly;
+    AC-TSR's calibrated attention departs from the plain softmax(q·k) it reads, by design."""
+    from attnsvm.lens.extract import extract, float64_copy, head_grid
+
+    model = float64_copy(make_model(name))
+    views = extract(model, random_sequences(), head_grid(model, None, None))
+    assert len(views) == sum(m.num_heads for m in model.attention_modules())
+    for view in views:
+        logits = view.logits()
+        softmax = np.exp(logits - logits.max(1, keepdims=True))
+        softmax /= softmax.sum(1, keepdims=True)
+        error = np.abs(softmax - view.attention).max()
+        assert (error > 1e-4) if name == "actsr" else (error < 1e-12)

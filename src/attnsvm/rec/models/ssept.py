@@ -114,5 +114,11 @@ class SSEPT(SequentialRecommender):
         return torch.cat([items, user_part], dim=1)
 
     def score_last(self, item_seq: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
-        self.check_input(item_seq)
+        check_item_ids(item_seq, self.num_items)
         return self.logits(self(item_seq, users)[:, -1])
+
+
+def check_item_ids(item_seq: torch.Tensor, num_items: int) -> None:
+    """The id check of ``SequentialRecommender.score_last``, for models with extra inputs."""
+    if item_seq.numel() and (item_seq.min() < 0 or item_seq.max() > num_items):
+        raise ValueError(f"item ids must lie in 0..{num_items} (0 = padding)")

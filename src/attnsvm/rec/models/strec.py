@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
+from attnsvm.rec.models.ssept import check_item_ids
 from attnsvm.rec.nn.attention import MultiHeadAttention
 from attnsvm.rec.nn.blocks import AttentionInput, EncoderOutput
 from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
@@ -145,4 +146,5 @@ class STRec(SequentialRecommender):
     def score_last(
         self, item_seq: torch.Tensor, timestamps: torch.Tensor | None = None
     ) -> torch.Tensor:
+        check_item_ids(item_seq, self.num_items)
         return self.logits(self(item_seq, timestamps)[:, -1])

@@ -115,6 +115,15 @@ def gather_rows(local: np.ndarray, total_rows: int, context: Context) -> np.ndar
     return np.concatenate(pieces)
 
 
+def broadcast_object(value: object, context: Context) -> object:
+    """Rank 0's ``value`` on every process (e.g. a run directory named by the clock)."""
+    if not context.distributed:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def barrier(context: Context) -> None:
     if context.distributed:
         dist.barrier()

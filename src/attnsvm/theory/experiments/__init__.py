@@ -41,8 +41,10 @@ class Experiment:
 
 def _local(r):
     f = r.metrics["final"]
-    return (f"median corr W->Fro {f['W_fro']['median']:.4f}, KQ->nuc {f['KQ_nuc']['median']:.4f}, "
-            f"cross {f['W_nuc']['median']:.3f}")
+    return (
+        f"median corr W->Fro {f['W_fro']['median']:.4f}, KQ->nuc {f['KQ_nuc']['median']:.4f}, "
+        f"cross {f['W_nuc']['median']:.3f}"
+    )
 
 
 def _global(r):
@@ -63,8 +65,10 @@ def _multi(r):
     for d, m in r.metrics["by_d"].items():
         if m["accepted"]:
             f = m["final_one_minus_corr"]
-            parts.append(f"d={d}: 1-corr SVMeq {f['svmeq']['mean']:.4f} / W^mm(O) "
-                         f"{f['dir']['mean']:.4f} / 1tok {f['one_token']['mean']:.3f}")
+            parts.append(
+                f"d={d}: 1-corr SVMeq {f['svmeq']['mean']:.4f} / W^mm(O) "
+                f"{f['dir']['mean']:.4f} / 1tok {f['one_token']['mean']:.3f}"
+            )
     return "; ".join(parts) or "no accepted runs"
 
 
@@ -75,31 +79,57 @@ def _over(r):
 
 def _regpath(r):
     w, kq = r.metrics["W"], r.metrics["KQ"]
-    return (f"largest R: median corr W_R->Fro {w['corr_fro_median'][-1]:.4f}, "
-            f"KQ_R->nuc {kq['corr_nuc_median'][-1]:.4f}")
+    return (
+        f"largest R: median corr W_R->Fro {w['corr_fro_median'][-1]:.4f}, "
+        f"KQ_R->nuc {kq['corr_nuc_median'][-1]:.4f}"
+    )
 
 
 EXPERIMENTS: dict[str, Experiment] = {
-    "global-path": Experiment(global_path.run, "visualization1/2: 2-D GD paths vs SVM rays", 1,
-                              _global),
-    "local-convergence": Experiment(local_convergence.run, "local_converge: GD -> W^mm_alpha "
-                                    "(W: Frobenius, KQ: nuclear)", 100, _local, {"seeds": 8}),
-    "rank": Experiment(rank.run, "svm_rank: ranks of W^mm and W^mm_* vs d, accurate and notebook "
-                       "modes", 100, _rank,
-                       {"seeds": 10, "dims": (2, 4, 10), "cells": ((5, 5),)}),
-    "multi-token": Experiment(multi_token.run, "multi_token_converge: ReLU head, SVM-equivalence",
-                              500, _multi, {"seeds": 5, "dims": (4, 10)}),
-    "overparameterization": Experiment(overparameterization.run, "fraction of runs reaching the "
-                                       "global opt vs d", 30, _over,
-                                       {"seeds": 8, "dims": (4, 20)}),
-    "regularization-path": Experiment(regularization_path.run, "norm-constrained minimisers "
-                                      "W_R / R -> W^mm (both parameterisations)", 20, _regpath,
-                                      {"seeds": 4, "restarts": 4, "steps": 300}),
+    "global-path": Experiment(
+        global_path.run, "visualization1/2: 2-D GD paths vs SVM rays", 1, _global
+    ),
+    "local-convergence": Experiment(
+        local_convergence.run,
+        "local_converge: GD -> W^mm_alpha (W: Frobenius, KQ: nuclear)",
+        100,
+        _local,
+        {"seeds": 8},
+    ),
+    "rank": Experiment(
+        rank.run,
+        "svm_rank: ranks of W^mm and W^mm_* vs d, accurate and notebook modes",
+        100,
+        _rank,
+        {"seeds": 10, "dims": (2, 4, 10), "cells": ((5, 5),)},
+    ),
+    "multi-token": Experiment(
+        multi_token.run,
+        "multi_token_converge: ReLU head, SVM-equivalence",
+        500,
+        _multi,
+        {"seeds": 5, "dims": (4, 10)},
+    ),
+    "overparameterization": Experiment(
+        overparameterization.run,
+        "fraction of runs reaching the global opt vs d",
+        30,
+        _over,
+        {"seeds": 8, "dims": (4, 20)},
+    ),
+    "regularization-path": Experiment(
+        regularization_path.run,
+        "norm-constrained minimisers W_R / R -> W^mm (both parameterisations)",
+        20,
+        _regpath,
+        {"seeds": 4, "restarts": 4, "steps": 300},
+    ),
 }
 
 
-def run_experiment(name: str, seeds: int | None = None, *, quick: bool = False,
-                   progress: bool = False, **options) -> ExperimentResult:
+def run_experiment(
+    name: str, seeds: int | None = None, *, quick: bool = False, progress: bool = False, **options
+) -> ExperimentResult:
     """Run experiment ``name`` (a ValueError naming the choices if unknown)."""
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)}")
@@ -123,8 +153,12 @@ def summary_table(results: dict[str, ExperimentResult], title: str) -> Table:
         table.add_column(column)
     for name, result in results.items():
         passed = sum(result.checks.values())
-        table.add_row(name, EXPERIMENTS[name].headline(result),
-                      f"{passed}/{len(result.checks)}", f"{result.seconds:.1f}")
+        table.add_row(
+            name,
+            EXPERIMENTS[name].headline(result),
+            f"{passed}/{len(result.checks)}",
+            f"{result.seconds:.1f}",
+        )
     return table
 
 
@@ -135,5 +169,7 @@ def demo_summary(out_dir: str | Path) -> Table:
     for name in EXPERIMENTS:
         results[name] = run_experiment(name, quick=True)
         results[name].save(Path(out_dir) / name)
-    return summary_table(results, f"attnsvm theory lab, quick run "
-                                  f"({time.perf_counter() - start:.0f} s; small seed counts)")
+    return summary_table(
+        results,
+        f"attnsvm theory lab, quick run ({time.perf_counter() - start:.0f} s; small seed counts)",
+    )

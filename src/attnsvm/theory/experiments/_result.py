@@ -68,8 +68,16 @@ class ExperimentResult:
         self.checks = {name: bool(ok) for name, ok in self.checks.items()}
 
     def to_json(self) -> dict:
-        return _jsonable({"experiment": self.name, "config": self.config, "seconds": self.seconds,
-                          "checks": self.checks, "notes": self.notes, "metrics": self.metrics})
+        return _jsonable(
+            {
+                "experiment": self.name,
+                "config": self.config,
+                "seconds": self.seconds,
+                "checks": self.checks,
+                "notes": self.notes,
+                "metrics": self.metrics,
+            }
+        )
 
     def save(self, out_dir: str | Path) -> list[Path]:
         """Write ``results.json`` and the PNG figures into ``out_dir``; returns the paths."""
@@ -101,6 +109,12 @@ def quantiles(values) -> dict[str, float]:
     a = a[np.isfinite(a)]
     if a.size == 0:
         return {"count": 0}
-    return {"count": int(a.size), "mean": float(a.mean()), "median": float(np.median(a)),
-            "p10": float(np.percentile(a, 10)), "p5": float(np.percentile(a, 5)),
-            "min": float(a.min()), "max": float(a.max())}
+    return {
+        "count": int(a.size),
+        "mean": float(a.mean()),
+        "median": float(np.median(a)),
+        "p10": float(np.percentile(a, 10)),
+        "p5": float(np.percentile(a, 5)),
+        "min": float(a.min()),
+        "max": float(a.max()),
+    }

@@ -40,16 +40,20 @@ def _one(inst, steps):
     KQ = train(problem, visualization_init([KQ_INIT_SEED], 2, "KQ"), steps=steps, checkpoints=every)
     wz = np.einsum("de,ne->nd", W.final_W[0], Z)
     ref_wz = np.einsum("de,ne->nd", fro.W, Z)
-    cosines = np.sum(wz * ref_wz, -1) / (np.linalg.norm(wz, axis=-1)
-                                         * np.linalg.norm(ref_wz, axis=-1))
+    cosines = np.sum(wz * ref_wz, -1) / (
+        np.linalg.norm(wz, axis=-1) * np.linalg.norm(ref_wz, axis=-1)
+    )
     metrics = {
-        "opt": opt, "selected_W": W.selected()[0], "selected_KQ": KQ.selected()[0],
+        "opt": opt,
+        "selected_W": W.selected()[0],
+        "selected_KQ": KQ.selected()[0],
         "corr_W_fro": correlation(W.final_W[0], fro.W),
         "corr_KQ_nuc": correlation(KQ.final_W[0], nuc.W),
         "corr_W_nuc": correlation(W.final_W[0], nuc.W),
         "corr_KQ_fro": correlation(KQ.final_W[0], fro.W),
         "min_cos_Wz_to_Wmm_z": float(cosines.min()),
-        "W_mm_fro": fro.W, "W_mm_nuc": nuc.W,
+        "W_mm_fro": fro.W,
+        "W_mm_nuc": nuc.W,
     }
     return metrics, (X, Z, W, KQ, fro.W, nuc.W)
 
@@ -62,16 +66,25 @@ def run(seeds: int = 1, *, steps: int = 2000, progress: bool = False) -> Experim
     for name, make in INSTANCES.items():
         metrics[name], paths[name] = _one(make(), steps)
         m = metrics[name]
-        checks[f"{name}: own correlations >= 0.999"] = (m["corr_W_fro"] >= 0.999
-                                                        and m["corr_KQ_nuc"] >= 0.999)
-        checks[f"{name}: selected = opt"] = bool(np.array_equal(m["selected_W"], m["opt"])
-                                                 and np.array_equal(m["selected_KQ"], m["opt"]))
+        checks[f"{name}: own correlations >= 0.999"] = (
+            m["corr_W_fro"] >= 0.999 and m["corr_KQ_nuc"] >= 0.999
+        )
+        checks[f"{name}: selected = opt"] = bool(
+            np.array_equal(m["selected_W"], m["opt"]) and np.array_equal(m["selected_KQ"], m["opt"])
+        )
     m1 = metrics["visualization1"]
-    checks["visualization1: cross-correlations <= 0.95"] = (m1["corr_W_nuc"] <= 0.95
-                                                           and m1["corr_KQ_fro"] <= 0.95)
-    return ExperimentResult("global-path", {"steps": steps, "lr": 0.1, "init": "W(0)=0; Q(0)=0, "
-                            "K(0)=0.1 N(0,1) seed 0"}, metrics, checks, NOTES,
-                            time.perf_counter() - start, {"global_path.png": _plotter(paths)})
+    checks["visualization1: cross-correlations <= 0.95"] = (
+        m1["corr_W_nuc"] <= 0.95 and m1["corr_KQ_fro"] <= 0.95
+    )
+    return ExperimentResult(
+        "global-path",
+        {"steps": steps, "lr": 0.1, "init": "W(0)=0; Q(0)=0, K(0)=0.1 N(0,1) seed 0"},
+        metrics,
+        checks,
+        NOTES,
+        time.perf_counter() - start,
+        {"global_path.png": _plotter(paths)},
+    )
 
 
 def _plotter(paths):
@@ -88,9 +101,13 @@ def _plotter(paths):
                     ray = 100 * ref @ Z[i] / np.linalg.norm(ref @ Z[i])
                     ax.plot([0, ray[0]], [0, ray[1]], ls=ls, color="gray", lw=1)
             lim = 1.05 * max(np.abs(np.einsum("kde,ne->knd", t.W[0], Z)).max() for t in (W, KQ))
-            ax.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal",
-                   title=f"{name}: W(k)z_i solid, KQ^T(k)z_i dashed;\nW^mm z_i dotted, "
-                   "W^mm_* z_i dash-dot")
+            ax.set(
+                xlim=(-lim, lim),
+                ylim=(-lim, lim),
+                aspect="equal",
+                title=f"{name}: W(k)z_i solid, KQ^T(k)z_i dashed;\nW^mm z_i dotted, "
+                "W^mm_* z_i dash-dot",
+            )
             ax.title.set_fontsize(8)
 
     return plot

@@ -15,8 +15,12 @@ from attnsvm.theory.instances import paper_instances
 
 #: Init generators are seeded ``INIT_SEED_OFFSET + seed`` (the notebook's init is unseeded).
 INIT_SEED_OFFSET = 10_000
-PAIRS = {"W_fro": ("W", "fro"), "KQ_nuc": ("KQ", "nuc"), "W_nuc": ("W", "nuc"),
-         "KQ_fro": ("KQ", "fro")}
+PAIRS = {
+    "W_fro": ("W", "fro"),
+    "KQ_nuc": ("KQ", "nuc"),
+    "W_nuc": ("W", "nuc"),
+    "KQ_fro": ("KQ", "fro"),
+}
 
 NOTES = [
     "The notebook's saved figure plots corr(W_GD, W^mm_F) and, labelled (K,Q), corr(W_GD, "
@@ -33,8 +37,15 @@ NOTES = [
 ]
 
 
-def run(seeds: int = 100, *, n: int = 6, T: int = 8, d: int = 10, steps: int = 2000,
-        progress: bool = False) -> ExperimentResult:
+def run(
+    seeds: int = 100,
+    *,
+    n: int = 6,
+    T: int = 8,
+    d: int = 10,
+    steps: int = 2000,
+    progress: bool = False,
+) -> ExperimentResult:
     """Train both parameterisations on ``seeds`` instances; correlate with the SVMs of their
     final selections. Acceptance: theory.md §3.3 (a)-(f)."""
     start = time.perf_counter()
@@ -42,8 +53,16 @@ def run(seeds: int = 100, *, n: int = 6, T: int = 8, d: int = 10, steps: int = 2
     problem = AttentionProblem.from_instances(inst)
     init_seeds = range(INIT_SEED_OFFSET, INIT_SEED_OFFSET + seeds)
     every = range(0, steps + 1, 10)
-    traj = {p: train(problem, default_init(init_seeds, d, p), steps=steps, checkpoints=every,
-                     progress=progress) for p in ("W", "KQ")}
+    traj = {
+        p: train(
+            problem,
+            default_init(init_seeds, d, p),
+            steps=steps,
+            checkpoints=every,
+            progress=progress,
+        )
+        for p in ("W", "KQ")
+    }
     svms = SVMCache(inst)
     curves, feasible = {}, {}
     for name, (param, norm) in PAIRS.items():
@@ -53,44 +72,72 @@ def run(seeds: int = 100, *, n: int = 6, T: int = 8, d: int = 10, steps: int = 2
     thin = 10 if steps >= 1000 else 1  # results.json keeps every 100th step of the curves
     half = traj["W"].at(min(1000, steps))
     opt = inst.optimal()
-    fro_ranks = [svms.get(s, a, "fro").rank() for s, a in enumerate(traj["W"].selected())
-                 if svms.get(s, a, "fro").feasible]
+    fro_ranks = [
+        svms.get(s, a, "fro").rank()
+        for s, a in enumerate(traj["W"].selected())
+        if svms.get(s, a, "fro").feasible
+    ]
     metrics = {
         "final": {k: quantiles(c[:, -1]) for k, c in curves.items()},
         "at_1000": {k: quantiles(c[:, half]) for k, c in curves.items()},
-        "max_prob": {p: {str(k): float(t.max_prob[:, k].mean()) for k in (100, 200, 500, steps - 1)
-                         if k < steps} for p, t in traj.items()},
-        "frac_alpha_opt": {p: float(np.mean((t.selected() == opt).all(-1)))
-                           for p, t in traj.items()},
+        "max_prob": {
+            p: {
+                str(k): float(t.max_prob[:, k].mean())
+                for k in (100, 200, 500, steps - 1)
+                if k < steps
+            }
+            for p, t in traj.items()
+        },
+        "frac_alpha_opt": {
+            p: float(np.mean((t.selected() == opt).all(-1))) for p, t in traj.items()
+        },
         "frac_same_alpha": float(np.mean((traj["W"].selected() == traj["KQ"].selected()).all(-1))),
         "infeasible_selections": {k: int((~f).sum()) for k, f in feasible.items()},
         "rank_fro_mean": float(np.mean(fro_ranks)) if fro_ranks else float("nan"),
-        "norm_W_final_median": {p: float(np.median(np.linalg.norm(t.final_W, axis=(-2, -1))))
-                                for p, t in traj.items()},
-        "curves": {"iterations": traj["W"].checkpoints[::thin],
-                   **{k: np.nanmean(c, 0)[::thin].round(6) for k, c in curves.items()}},
+        "norm_W_final_median": {
+            p: float(np.median(np.linalg.norm(t.final_W, axis=(-2, -1)))) for p, t in traj.items()
+        },
+        "curves": {
+            "iterations": traj["W"].checkpoints[::thin],
+            **{k: np.nanmean(c, 0)[::thin].round(6) for k, c in curves.items()},
+        },
     }
     final = metrics["final"]
     checks = {
-        "a: W vs Fro median >= 0.99, p10 >= 0.98":
-            final["W_fro"]["median"] >= 0.99 and final["W_fro"]["p10"] >= 0.98,
-        "b: KQ vs nuclear median >= 0.99, p10 >= 0.98":
-            final["KQ_nuc"]["median"] >= 0.99 and final["KQ_nuc"]["p10"] >= 0.98,
-        "c: cross-correlation medians <= 0.95":
-            final["W_nuc"]["median"] <= 0.95 and final["KQ_fro"]["median"] <= 0.95,
+        "a: W vs Fro median >= 0.99, p10 >= 0.98": final["W_fro"]["median"] >= 0.99
+        and final["W_fro"]["p10"] >= 0.98,
+        "b: KQ vs nuclear median >= 0.99, p10 >= 0.98": final["KQ_nuc"]["median"] >= 0.99
+        and final["KQ_nuc"]["p10"] >= 0.98,
+        "c: cross-correlation medians <= 0.95": final["W_nuc"]["median"] <= 0.95
+        and final["KQ_fro"]["median"] <= 0.95,
     }
     if steps >= 1000:
         checks["d: max prob >= 0.99 at 500 (W) and 100 (KQ)"] = (
-            metrics["max_prob"]["W"]["500"] >= 0.99 and metrics["max_prob"]["KQ"]["100"] >= 0.99)
+            metrics["max_prob"]["W"]["500"] >= 0.99 and metrics["max_prob"]["KQ"]["100"] >= 0.99
+        )
         checks["e: W vs Fro median at 1000 >= 0.98"] = metrics["at_1000"]["W_fro"]["median"] >= 0.98
     if seeds >= 100:
         checks["f: fraction alpha = opt (W) in [0.45, 0.95]"] = (
-            0.45 <= metrics["frac_alpha_opt"]["W"] <= 0.95)
-    config = {"seeds": seeds, "n": n, "T": T, "d": d, "steps": steps, "lr": 0.1,
-              "init": "nn.Linear U(-1/sqrt(d), 1/sqrt(d)), seed 10000+seed"}
-    return ExperimentResult("local-convergence", config, metrics, checks, NOTES,
-                            time.perf_counter() - start,
-                            {"local_convergence.png": _plotter(traj, curves, steps)})
+            0.45 <= metrics["frac_alpha_opt"]["W"] <= 0.95
+        )
+    config = {
+        "seeds": seeds,
+        "n": n,
+        "T": T,
+        "d": d,
+        "steps": steps,
+        "lr": 0.1,
+        "init": "nn.Linear U(-1/sqrt(d), 1/sqrt(d)), seed 10000+seed",
+    }
+    return ExperimentResult(
+        "local-convergence",
+        config,
+        metrics,
+        checks,
+        NOTES,
+        time.perf_counter() - start,
+        {"local_convergence.png": _plotter(traj, curves, steps)},
+    )
 
 
 def _plotter(traj, curves, steps):
@@ -107,10 +154,12 @@ def _plotter(traj, curves, steps):
         ax1.legend()
         its = traj["W"].checkpoints
         keep = its <= shown
-        styles = {"W_fro": ("tab:blue", "-", "W vs W^mm_F"),
-                  "KQ_nuc": ("tab:red", "-", "(K,Q) vs W^mm_*"),
-                  "W_nuc": ("tab:blue", "--", "W vs W^mm_* (cross)"),
-                  "KQ_fro": ("tab:red", "--", "(K,Q) vs W^mm_F (cross)")}
+        styles = {
+            "W_fro": ("tab:blue", "-", "W vs W^mm_F"),
+            "KQ_nuc": ("tab:red", "-", "(K,Q) vs W^mm_*"),
+            "W_nuc": ("tab:blue", "--", "W vs W^mm_* (cross)"),
+            "KQ_fro": ("tab:red", "--", "(K,Q) vs W^mm_F (cross)"),
+        }
         for k, (color, ls, label) in styles.items():
             mean, std = np.nanmean(curves[k], 0)[keep], np.nanstd(curves[k], 0)[keep]
             ax2.plot(its[keep], mean, color=color, ls=ls, label=label)

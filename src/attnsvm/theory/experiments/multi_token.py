@@ -78,8 +78,13 @@ def _one_dimension(d, runs, n, T, steps, batch, max_candidates, progress):
         traj = None
         if len(sub.seeds):
             init = default_init(sub.seeds + INIT_SEED_OFFSET, d, "W")
-            traj = train(AttentionProblem.from_instances(sub), init, steps=steps,
-                         checkpoints=checkpoints, progress=progress)
+            traj = train(
+                AttentionProblem.from_instances(sub),
+                init,
+                steps=steps,
+                checkpoints=checkpoints,
+                progress=progress,
+            )
         trained = 0
         for seed in inst.seeds:  # in seed order, stopping where a sequential loop would
             if len(accepted) == runs:
@@ -112,28 +117,40 @@ def _summary(accepted, rejected, tried):
     masked = np.array([r["max_masked_prob"] for r in accepted])
     clean = masked <= 1e-14
     return {
-        "accepted": len(accepted), "tried": tried, "rejected": rejected,
+        "accepted": len(accepted),
+        "tried": tried,
+        "rejected": rejected,
         "acceptance_rate": len(accepted) / tried,
         "final_one_minus_corr": {k: quantiles(v) for k, v in final.items()},
         "frac_max_masked_le_1e-14": float(clean.mean()),
         "median_svmeq_on_clean": float(np.median(final["svmeq"][clean])) if clean.any() else None,
         "mean_selected_tokens": float(np.mean([r["selected"] for r in accepted])),
         "frac_multi_token": float(np.mean([r["multi"] for r in accepted])),
-        "mean_curve": {k: np.mean([r["one_minus_corr"][k] for r in accepted], 0)
-                       for k in REFERENCES},
+        "mean_curve": {
+            k: np.mean([r["one_minus_corr"][k] for r in accepted], 0) for k in REFERENCES
+        },
         "seeds": [r["seed"] for r in accepted],
     }
 
 
-def run(seeds: int = 500, *, dims=DIMENSIONS, n: int = 3, T: int = 4, steps: int = STEPS,
-        batch: int = 4096, max_candidates: int = 200_000,
-        progress: bool = False) -> ExperimentResult:
+def run(
+    seeds: int = 500,
+    *,
+    dims=DIMENSIONS,
+    n: int = 3,
+    T: int = 4,
+    steps: int = STEPS,
+    batch: int = 4096,
+    max_candidates: int = 200_000,
+    progress: bool = False,
+) -> ExperimentResult:
     """``seeds`` = accepted runs per d (the notebook's RUN = 500)."""
     start = time.perf_counter()
     by_d, scatter = {}, {}
     for d in dims:
-        accepted, rejected, tried, its = _one_dimension(int(d), seeds, n, T, steps, batch,
-                                                        max_candidates, progress)
+        accepted, rejected, tried, its = _one_dimension(
+            int(d), seeds, n, T, steps, batch, max_candidates, progress
+        )
         by_d[int(d)] = _summary(accepted, rejected, tried)
         scatter[int(d)] = accepted
     checks = {}
@@ -146,21 +163,37 @@ def run(seeds: int = 500, *, dims=DIMENSIONS, n: int = 3, T: int = 4, steps: int
             checks["d=10: median 1-corr(SVMeq) <= 5e-3"] = f["svmeq"]["median"] <= 5e-3
             checks["d=10: mean 1-corr(1token) >= 0.05"] = f["one_token"]["mean"] >= 0.05
             checks["d=10: mean SVMeq <= W^mm(O) < 1token"] = (
-                f["svmeq"]["mean"] <= f["dir"]["mean"] < f["one_token"]["mean"])
+                f["svmeq"]["mean"] <= f["dir"]["mean"] < f["one_token"]["mean"]
+            )
         if d == 4:
             checks["d=4: median 1-corr(SVMeq) <= 0.03"] = f["svmeq"]["median"] <= 0.03
             checks["d=4: mean 1-corr(SVMeq) <= 0.08"] = f["svmeq"]["mean"] <= 0.08
             checks["d=4: median SVMeq < W^mm(O) < 1token"] = (
-                f["svmeq"]["median"] < f["dir"]["median"] < f["one_token"]["median"])
+                f["svmeq"]["median"] < f["dir"]["median"] < f["one_token"]["median"]
+            )
         if m["median_svmeq_on_clean"] is not None and d in (4, 10):
             checks[f"d={d}: median 1-corr(SVMeq) <= 5e-3 where masked prob <= 1e-14"] = (
-                m["median_svmeq_on_clean"] <= 5e-3)
-    config = {"runs_per_d": seeds, "dims": list(dims), "n": n, "T": T, "steps": steps,
-              "thresholds": [THRESHOLD_LOW, THRESHOLD_HIGH], "checkpoints_every": EVERY}
+                m["median_svmeq_on_clean"] <= 5e-3
+            )
+    config = {
+        "runs_per_d": seeds,
+        "dims": list(dims),
+        "n": n,
+        "T": T,
+        "steps": steps,
+        "thresholds": [THRESHOLD_LOW, THRESHOLD_HIGH],
+        "checkpoints_every": EVERY,
+    }
     metrics = {"iterations": its - 1, "by_d": by_d}
-    return ExperimentResult("multi-token", config, metrics, checks, NOTES,
-                            time.perf_counter() - start,
-                            {"multi_token.png": _plotter(by_d, scatter, its - 1)})
+    return ExperimentResult(
+        "multi-token",
+        config,
+        metrics,
+        checks,
+        NOTES,
+        time.perf_counter() - start,
+        {"multi_token.png": _plotter(by_d, scatter, its - 1)},
+    )
 
 
 def _plotter(by_d, scatter, its):

@@ -40,7 +40,7 @@ def _one_dimension(seeds, n, T, d, steps):
         alphas = traj.selected()
         local = {"fro": [], "nuc": []}
         for s, alpha in enumerate(alphas):
-            for norm in (("fro", "nuc") if param == "KQ" else ("fro",)):
+            for norm in ("fro", "nuc") if param == "KQ" else ("fro",):
                 result = svms.get(s, alpha, norm)
                 if result.feasible:
                     nbrs = svm_neighbors(inst.X[s], inst.Z[s], alpha, result.W)
@@ -54,13 +54,21 @@ def _one_dimension(seeds, n, T, d, steps):
             "median_min_max_prob": float(np.median(traj.final_probs.max(-1).min(-1))),
         }
         if param == "KQ":
-            row[param]["frac_locally_optimal_nuc"] = (float(np.mean(local["nuc"]))
-                                                     if local["nuc"] else None)
+            row[param]["frac_locally_optimal_nuc"] = (
+                float(np.mean(local["nuc"])) if local["nuc"] else None
+            )
     return row
 
 
-def run(seeds: int = 30, *, n: int = 6, T: int = 8, dims=DIMENSIONS, steps: int = 2000,
-        progress: bool = False) -> ExperimentResult:
+def run(
+    seeds: int = 30,
+    *,
+    n: int = 6,
+    T: int = 8,
+    dims=DIMENSIONS,
+    steps: int = 2000,
+    progress: bool = False,
+) -> ExperimentResult:
     """Fractions of global / locally optimal selections vs ``d`` for both parameterisations."""
     del progress
     start = time.perf_counter()
@@ -69,18 +77,27 @@ def run(seeds: int = 30, *, n: int = 6, T: int = 8, dims=DIMENSIONS, steps: int 
     big = [d for d in rows if d >= 4]
     if big:
         checks["d >= 4: W selections locally optimal in >= 85% of runs"] = all(
-            rows[d]["W"]["frac_locally_optimal_fro"] >= 0.85 for d in big)
+            rows[d]["W"]["frac_locally_optimal_fro"] >= 0.85 for d in big
+        )
         checks["d >= 4: p10 corr(W_GD, W^mm_F,alpha) >= 0.98"] = all(
-            rows[d]["W"]["corr_own_svm"]["p10"] >= 0.98 for d in big)
+            rows[d]["W"]["corr_own_svm"]["p10"] >= 0.98 for d in big
+        )
     if 4 in rows and 20 in rows:
         g4, g20 = rows[4]["W"]["frac_global"], rows[20]["W"]["frac_global"]
         checks["frac global (W) at d=20 exceeds d=4 by >= 0.2"] = g20 - g4 >= 0.2
         checks["frac global (W) in [0.6, 1] at d=20 and [0.2, 0.65] at d=4"] = (
-            0.6 <= g20 <= 1.0 and 0.2 <= g4 <= 0.65)
+            0.6 <= g20 <= 1.0 and 0.2 <= g4 <= 0.65
+        )
     config = {"seeds": seeds, "n": n, "T": T, "dims": list(dims), "steps": steps}
-    return ExperimentResult("overparameterization", config, {"by_d": rows}, checks, NOTES,
-                            time.perf_counter() - start,
-                            {"overparameterization.png": _plotter(rows)})
+    return ExperimentResult(
+        "overparameterization",
+        config,
+        {"by_d": rows},
+        checks,
+        NOTES,
+        time.perf_counter() - start,
+        {"overparameterization.png": _plotter(rows)},
+    )
 
 
 def _plotter(rows):
@@ -88,14 +105,33 @@ def _plotter(rows):
         ax1, ax2 = fig.subplots(1, 2)
         ds = sorted(rows)
         for param, color in (("W", "tab:blue"), ("KQ", "tab:red")):
-            ax1.plot(ds, [rows[d][param]["frac_global"] for d in ds], "o-", color=color,
-                     label=f"{param}: alpha = opt")
-            ax1.plot(ds, [rows[d][param]["frac_locally_optimal_fro"] for d in ds], "s--",
-                     color=color, label=f"{param}: locally optimal")
-            ax2.plot(ds, [rows[d][param]["corr_own_svm"].get("median", np.nan) for d in ds],
-                     "o-", color=color, label=f"{param} vs own SVM (median)")
-        ax1.set(xlabel="d", ylabel="fraction of runs", ylim=(0, 1.05),
-                title="global vs locally-optimal selections")
+            ax1.plot(
+                ds,
+                [rows[d][param]["frac_global"] for d in ds],
+                "o-",
+                color=color,
+                label=f"{param}: alpha = opt",
+            )
+            ax1.plot(
+                ds,
+                [rows[d][param]["frac_locally_optimal_fro"] for d in ds],
+                "s--",
+                color=color,
+                label=f"{param}: locally optimal",
+            )
+            ax2.plot(
+                ds,
+                [rows[d][param]["corr_own_svm"].get("median", np.nan) for d in ds],
+                "o-",
+                color=color,
+                label=f"{param} vs own SVM (median)",
+            )
+        ax1.set(
+            xlabel="d",
+            ylabel="fraction of runs",
+            ylim=(0, 1.05),
+            title="global vs locally-optimal selections",
+        )
         ax1.legend(fontsize=8)
         ax2.set(xlabel="d", ylabel="corr(GD(2000), W^mm_alpha)", title="directional fit")
         ax2.legend(fontsize=8)

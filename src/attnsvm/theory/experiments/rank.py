@@ -54,10 +54,13 @@ def _accurate_cell(n, T, d, runs, max_seeds):
                 nuc_ranks.append(nuclear(inst.X[s], inst.Z[s], opt[s]).rank())
         if len(fro_ranks) == runs:
             break
-    return {"feasible": len(fro_ranks), "tried": tried,
-            "rank_fro": float(np.mean(fro_ranks)) if fro_ranks else None,
-            "rank_nuc": float(np.mean(nuc_ranks)) if nuc_ranks else None,
-            "max_rank_nuc": int(max(nuc_ranks)) if nuc_ranks else None}
+    return {
+        "feasible": len(fro_ranks),
+        "tried": tried,
+        "rank_fro": float(np.mean(fro_ranks)) if fro_ranks else None,
+        "rank_nuc": float(np.mean(nuc_ranks)) if nuc_ranks else None,
+        "max_rank_nuc": int(max(nuc_ranks)) if nuc_ranks else None,
+    }
 
 
 def _notebook_cell(n, T, d, runs):
@@ -73,14 +76,25 @@ def _notebook_cell(n, T, d, runs):
             continue
         nuc = solve_official_style(inst.X[s], inst.Z[s], opt[s], fro=False)
         fro_ranks.append(int(np.linalg.matrix_rank(fro.W, tol=NOTEBOOK_TOL)))
-        nuc_ranks.append(1 if nuc.W is None
-                         else int(np.linalg.matrix_rank(nuc.W, tol=NOTEBOOK_TOL)))
-    return {"infeasible": infeasible, "rank_fro": float(np.mean(fro_ranks)),
-            "rank_nuc": float(np.mean(nuc_ranks))}
+        nuc_ranks.append(
+            1 if nuc.W is None else int(np.linalg.matrix_rank(nuc.W, tol=NOTEBOOK_TOL))
+        )
+    return {
+        "infeasible": infeasible,
+        "rank_fro": float(np.mean(fro_ranks)),
+        "rank_nuc": float(np.mean(nuc_ranks)),
+    }
 
 
-def run(seeds: int = 100, *, dims=DIMENSIONS, cells=CELLS, notebook: bool = True,
-        max_seeds: int = MAX_SEEDS, progress: bool = False) -> ExperimentResult:
+def run(
+    seeds: int = 100,
+    *,
+    dims=DIMENSIONS,
+    cells=CELLS,
+    notebook: bool = True,
+    max_seeds: int = MAX_SEEDS,
+    progress: bool = False,
+) -> ExperimentResult:
     """``seeds`` instances per cell (the notebook's RUN = 100), in both modes."""
     del progress
     start = time.perf_counter()
@@ -91,13 +105,29 @@ def run(seeds: int = 100, *, dims=DIMENSIONS, cells=CELLS, notebook: bool = True
         if notebook:
             compat[key] = {int(d): _notebook_cell(n, T, int(d), seeds) for d in dims}
     checks = _checks(accurate, cells)
-    config = {"runs": seeds, "dims": list(dims), "cells": [list(c) for c in cells],
-              "accurate": {"rank_rtol": 1e-6, "max_seeds": max_seeds},
-              "notebook": {"rank_atol": NOTEBOOK_TOL, "nuclear": "official formulation, SCS "
-                           "defaults", "infeasible": "rank 1"} if notebook else None}
+    config = {
+        "runs": seeds,
+        "dims": list(dims),
+        "cells": [list(c) for c in cells],
+        "accurate": {"rank_rtol": 1e-6, "max_seeds": max_seeds},
+        "notebook": {
+            "rank_atol": NOTEBOOK_TOL,
+            "nuclear": "official formulation, SCS defaults",
+            "infeasible": "rank 1",
+        }
+        if notebook
+        else None,
+    }
     metrics = {"accurate": accurate, "notebook": compat}
-    return ExperimentResult("rank", config, metrics, checks, NOTES, time.perf_counter() - start,
-                            {"rank.png": _plotter(accurate, compat, cells)})
+    return ExperimentResult(
+        "rank",
+        config,
+        metrics,
+        checks,
+        NOTES,
+        time.perf_counter() - start,
+        {"rank.png": _plotter(accurate, compat, cells)},
+    )
 
 
 def _checks(accurate, cells):
@@ -112,12 +142,15 @@ def _checks(accurate, cells):
                 ok_order &= cell["rank_nuc"] < cell["rank_fro"]
                 if (n, T) == (5, 5):
                     five.append(cell["rank_nuc"])
-    checks = {"(a) rank(W^mm_F) ~ min(n, d) for d >= 4": bool(ok_fro),
-              "(b) rank <= n for both norms": bool(ok_le_n),
-              "(c) mean nuclear rank < mean Frobenius rank for d >= 4": bool(ok_order)}
+    checks = {
+        "(a) rank(W^mm_F) ~ min(n, d) for d >= 4": bool(ok_fro),
+        "(b) rank <= n for both norms": bool(ok_le_n),
+        "(c) mean nuclear rank < mean Frobenius rank for d >= 4": bool(ok_order),
+    }
     if five:
-        checks["(c) n=5, d>=4: nuclear mean rank in [2.0, 3.2]"] = all(2.0 <= r <= 3.2
-                                                                       for r in five)
+        checks["(c) n=5, d>=4: nuclear mean rank in [2.0, 3.2]"] = all(
+            2.0 <= r <= 3.2 for r in five
+        )
     return checks
 
 
@@ -130,10 +163,22 @@ def _plotter(accurate, compat, cells):
                 if key not in table:
                     continue
                 ds = [d for d, c in table[key].items() if c["rank_fro"] is not None]
-                ax.plot(ds, [table[key][d]["rank_fro"] for d in ds], "-o", color=color, ms=3,
-                        label=f"{key} Frobenius")
-                ax.plot(ds, [table[key][d]["rank_nuc"] for d in ds], "--s", color=color, ms=3,
-                        label=f"{key} nuclear")
+                ax.plot(
+                    ds,
+                    [table[key][d]["rank_fro"] for d in ds],
+                    "-o",
+                    color=color,
+                    ms=3,
+                    label=f"{key} Frobenius",
+                )
+                ax.plot(
+                    ds,
+                    [table[key][d]["rank_nuc"] for d in ds],
+                    "--s",
+                    color=color,
+                    ms=3,
+                    label=f"{key} nuclear",
+                )
         ax1.set(xlabel="d", ylabel="mean rank", title="accurate (feasible instances only)")
         ax2.set(xlabel="d", ylabel="mean rank", title="notebook mode (infeasible = rank 1, SCS)")
         ax1.legend(fontsize=6)

@@ -1,0 +1,35 @@
+"""``attnsvm lens RUN_DIR``: the trained model's attention read as an Att-SVM (attnsvm.lens)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from attnsvm.lens.extract import LensError
+from attnsvm.rec.data.errors import DataFormatError
+from attnsvm.rec.train.checkpoint import RunDirError
+
+
+def lens(
+    run_dir: Path = typer.Argument(..., help="a finished run directory"),
+    sequences: int = typer.Option(200, help="test sequences to read"),
+    layer: int | None = typer.Option(None, help="only this layer (0-based)"),
+    head: int | None = typer.Option(None, help="only this head (0-based)"),
+    out: Path | None = typer.Option(None, "--out", help="output folder (default RUN_DIR/lens)"),
+    titles: Path | None = typer.Option(
+        None, help="item titles (movies.dat or 'id<TAB>title'); default: movies.dat by the data"),
+) -> None:
+    """Write lens.json, PNG plots and a self-contained report.html for a run."""
+    from attnsvm.lens.report import write_report
+
+    try:
+        report = write_report(run_dir, out, sequences, layer, head, titles=titles)
+    except (LensError, RunDirError, DataFormatError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(str(report))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("lens")(lens)

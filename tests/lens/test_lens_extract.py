@@ -1,0 +1,137 @@
+"""The logits convention (X_i W z_i = the model's pre-softmax logits) and the token scores."""
+
+import numpy as np
+import pytest
+import torch
+
+from attnsvm.lens.extract import LensError, extract, float64_copy, head_grid
+from attnsvm.lens.scores import counterfactual_scores, forced_target_logits, linear_scores
+from attnsvm.rec.models import build_model
+
+
+def _model(norm: str, heads: int = 2, biases: bool = True):
+    torch.manual_seed(0)
+    model = build_model("sasrec", 30, hidden_size=16, ffn_size=16, num_blocks=2,
+                        num_heads=heads, max_len=8, norm=norm, init_std=0.3)
+    with torch.no_grad():
+        for attention in model.attention_modules():
+            for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
+                if biases:
+                    projection.bias.normal_()
+                else:
+                    projection.bias.zero_()
+    return float64_copy(model)
+
+
+def _windows():
+    seq = torch.randint(1, 31, (5, 8), generator=torch.Generator().manual_seed(1))
+    seq[0, :3] = 0
+    seq[1, :7] = 0
+    return seq
+
+
+def _module_logits(model64, seq, layer, head):
+    """q·k/√d_h of the last query straight from the layer's own nn.Linear calls."""
+    out = model64(seq, return_layer_inputs=True)
+    attention = model64.attention_modules()[layer]
+    inputs = out.layer_inputs[layer]
+    d_h = 16 // attention.num_heads
+    rows = slice(head * d_h, (head + 1) * d_h)
+    q = attention.q_proj(inputs.query[:, -1])[:, rows]
+    k = attention.k_proj(inputs.key)[..., rows]
+    return (torch.einsum("nd,ntd->nt", q, k) / d_h**0.5).detach().numpy()
+
+
+@pytest.mark.parametrize("norm", ["sasrec", "pre", "post"])
+@pytest.mark.parametrize("biases", [True, False])
+def test_X_W_z_are_the_pre_softmax_logits(norm, biases):
+    model64, seq = _model(norm, biases=biases), _windows()
+    valid = (seq != 0).numpy()
+    for view in extract(model64, seq, head_grid(model64, None, None)):
+        reference = _module_logits(model64, seq, view.layer, view.head)
+        np.testing.assert_allclose(view.logits()[valid], reference[valid], rtol=1e-12, atol=1e-12)
+        logits = view.logits()
+        softmax = np.exp(logits - logits.max(1, keepdims=True))
+        np.testing.assert_allclose(softmax / softmax.sum(1, keepdims=True), view.attention,
+                                   atol=1e-13)
+        # the softmax-invariant row only shifts every logit of a sequence by one number
+        shifted = np.einsum("ntp,np->nt", view.X, view.Z @ view.W_selection.T)
+        gap = np.where(valid, logits - shifted, np.nan)
+        np.testing.assert_allclose(np.nanmax(gap, 1), np.nanmin(gap, 1), atol=1e-12)
+        if not biases:
+            np.testing.assert_allclose(view.W[:-1, -1], 0.0, atol=0)
+            np.testing.assert_allclose(view.W[-1], 0.0, atol=0)
+
+
+@pytest.mark.parametrize("norm", ["sasrec", "pre", "post"])
+def test_forcing_the_models_own_attention_reproduces_its_logit(norm):
+    model64, seq = _model(norm), _windows()
+    targets = np.array([1, 2, 3, 4, 5])
+    with torch.inference_mode():
+        expected = model64.score_last(seq)[torch.arange(5), torch.from_numpy(targets)].numpy()
+    for view in extract(model64, seq, head_grid(model64, None, None)):
+        mixing = torch.from_numpy(view.attention)[:, None, :]
+        got = forced_target_logits(model64, seq, targets, view.layer, view.head, mixing)[:, 0]
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_counterfactual_score_is_a_full_forward_with_one_hot_attention():
+    """Brute force: patch the head so its last query attends to token t alone, run the model."""
+    model64, seq = _model("sasrec"), _windows()
+    targets = np.array([1, 2, 3, 4, 5])
+    layer, head = 0, 1
+    scores = counterfactual_scores(model64, seq, targets, layer, head, chunk=2)
+    import attnsvm.rec.nn.attention as module
+
+    original = module.reference_attention
+    for t in (3, 7):
+        calls = []
+
+        def forced(q, k, v, keep_mask, dropout, t=t, calls=calls):
+            out, weights = original(q, k, v, keep_mask, dropout)
+            calls.append(len(calls))
+            if calls[-1] != layer:  # blocks call it in order; force only the chosen layer
+                return out, weights
+            weights = weights.clone()
+            weights[:, head, -1] = 0.0
+            weights[:, head, -1, t] = 1.0
+            return weights @ v, weights
+
+        module.reference_attention = forced
+        try:
+            with torch.inference_mode():
+                out = model64(seq, return_attention=True).hidden[:, -1]
+                logits = model64.logits(out)[torch.arange(5), torch.from_numpy(targets)]
+        finally:
+            module.reference_attention = original
+        rows = (seq[:, t] != 0).numpy()
+        np.testing.assert_allclose(scores[rows, t], logits.numpy()[rows], rtol=1e-12, atol=1e-12)
+    assert np.isnan(scores[1, :7]).all()
+
+
+def test_linear_score_is_the_heads_readout_of_one_token():
+    model64, seq = _model("pre"), _windows()
+    targets = np.array([1, 2, 3, 4, 5])
+    view = extract(model64, seq, [(1, 0)])[0]
+    keys = torch.from_numpy(view.X[..., :-1])
+    gamma = linear_scores(model64, keys, view.valid, targets, 1, 0)
+    attention = model64.attention_modules()[1]
+    value = attention.v_proj(keys)[..., :8]  # head 0's value, bias included
+    out = value @ attention.out_proj.weight[:, :8].T
+    expected = torch.einsum("ntd,nd->nt", out, model64.output_embedding()[targets]).detach()
+    np.testing.assert_allclose(gamma[view.valid], expected.numpy()[view.valid], rtol=1e-12)
+
+
+def test_bad_layer_or_head_is_a_clear_error():
+    model64 = _model("sasrec")
+    with pytest.raises(LensError, match="layer 5 does not exist"):
+        head_grid(model64, 5, None)
+    with pytest.raises(LensError, match="head 2 does not exist"):
+        head_grid(model64, 0, 2)
+
+
+def test_counterfactual_needs_a_causal_model():
+    torch.manual_seed(0)
+    bert = float64_copy(build_model("bert4rec", 30, hidden_size=16, ffn_size=16, max_len=8))
+    with pytest.raises(LensError, match="causal"):
+        counterfactual_scores(bert, _windows(), np.arange(1, 6), 0, 0)
