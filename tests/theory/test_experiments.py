@@ -153,3 +153,10 @@ def test_demo_summary_runs_everything(tmp_path):
     table = demo_summary(tmp_path)
     assert table.row_count == len(EXPERIMENTS)
     assert all((tmp_path / name / "results.json").exists() for name in EXPERIMENTS)
+
+
+@pytest.mark.slow
+def test_local_convergence_full_size_including_the_alpha_opt_fraction():
+    result = local_convergence.run(100)
+    assert 0.45 <= result.metrics["frac_alpha_opt"]["W"] <= 0.95  # (f), needs 100 seeds
+    assert result.passed

@@ -22,7 +22,7 @@ from scipy.linalg.blas import dtrsm, dtrsv
 
 #: Stop when the primal ``W = u/||u||^2`` violates no margin by more than this (relative).
 DEFAULT_TOL = 1e-12
-#: ``||u|| <= INFEASIBLE_NORM * max_k ||f_k||`` counts as 0 in the hull (||W^mm|| would exceed 1e9).
+#: ``||u|| <= INFEASIBLE_NORM * max ||f_k||`` (unprojected) counts as 0 in the hull (||W|| > 1e9).
 INFEASIBLE_NORM = 1e-9
 #: Hull weights at or below this are dropped from the corral (Wolfe's zero tolerance).
 WEIGHT_TOL = 1e-13
@@ -49,6 +49,8 @@ class ProductKernel:
         self.sqnorms = np.einsum("kd,kd->k", self.delta, self.delta) * np.einsum(
             "kd,kd->k", self.query, self.query
         )
+        # round-off is relative to the unprojected features: projected ones may all be ~0
+        self.scale = float(self.sqnorms.max(initial=0.0))
         self.equalities = None
         if equalities is not None and equalities.size:
             self._set_equalities(equalities)
@@ -186,7 +188,7 @@ def min_norm_point(kernel: ProductKernel, *, tol: float = DEFAULT_TOL) -> MinNor
     sequence first), so large problems take tens of major cycles instead of one per support
     vector; a batch that brings no progress is followed by Wolfe's single step, which always does.
     """
-    scale = float(kernel.sqnorms.max())
+    scale = kernel.scale
     shift = scale if scale > 0 else 1.0  # M = G + shift 11^T is positive definite on a corral
     first = int(np.argmin(kernel.sqnorms))
     corral = [first]

@@ -37,7 +37,8 @@ NOTES = [
     "up to optimisation error; the loss of each point is compared with that of the scaled SVM "
     "direction (loss_le_svm_direction) to show the optimiser is at least as good as W^mm there.",
     "alpha = opt (the global theorem); instances from the local_converge generator. The sphere "
-    "has local minima: where no restart reaches the global basin the point selects other, "
+    "has local minima and the restarts mostly merge at the smallest budget, so the continuation "
+    "in R follows one basin: where it is not the global one the point selects other, "
     "locally-optimal tokens (frac_selects_opt < 1; its loss then exceeds the SVM direction's), "
     "and it is compared with the SVM of the tokens it selects (the paper's local version).",
 ]
