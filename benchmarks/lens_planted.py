@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.lens.planted import planted_run  # noqa: E402
+from tests.lens.planted import planted_run
 
 FULL_SIZE = {"users": 3000, "items": 200, "length": 20, "triggers": 16, "max_gap": 4,
              "hidden": 32, "epochs": 30, "sequences": 500}

@@ -77,7 +77,7 @@ def test_report_renders_in_headless_chromium(tiny_run, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
-    run_dir, folder = tiny_run
+    run_dir, _ = tiny_run
     report = write_report(run_dir, tmp_path / "lens", sequences=8, progress=False)
     shot = tmp_path / "shot.png"
     subprocess.run(
