@@ -129,7 +129,7 @@ def test_d1_unit_tokens_are_always_infeasible():
         _assert_certificate(solve_frobenius(X, Z, alpha), X, Z, alpha)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     seed=st.integers(0, 2**32 - 1),
     n=st.integers(2, 12),
@@ -257,7 +257,7 @@ def _softmax_instance(seed, n, T, d, scale):
     return X, Z, probs / probs.sum(axis=1, keepdims=True), W_gd
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     seed=st.integers(0, 2**32 - 1),
     n=st.integers(1, 4),

@@ -73,7 +73,7 @@ def test_local_optimality_by_hand():
         is_locally_optimal(scores, alpha, np.array([[False, True, False], [False] * 3]))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(
     seed=st.integers(0, 2**32 - 1), n=st.integers(1, 6), T=st.integers(2, 8), d=st.integers(6, 10)
 )

@@ -66,7 +66,7 @@ def brute_force_core(rows, user_min, item_min):
     return best
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.just(0)), min_size=1, max_size=14),
     st.integers(1, 3),

@@ -9,7 +9,7 @@ from attnsvm.rec.data.splits import leave_one_out
 from attnsvm.rec.data.synthetic import make_planted
 
 
-@settings(deadline=None, max_examples=30)
+@settings(max_examples=30)
 @given(
     st.integers(1, 40),
     st.integers(3, 25),

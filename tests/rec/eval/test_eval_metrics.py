@@ -94,7 +94,7 @@ def ranked_lists(draw):
     return np.array(topk, dtype=np.int64), targets, ks
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(ranked_lists())
 def test_matches_brute_force_reference(case):
     topk, targets, ks = case

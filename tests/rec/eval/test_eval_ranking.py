@@ -51,7 +51,7 @@ def ranking_cases(draw):
     return np.array(scores, dtype=np.float32), exclude, targets, k, batch_size
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(ranking_cases(), st.booleans())
 def test_rank_topk_matches_brute_force(case, exclude_seen):
     scores, exclude, targets, k, batch_size = case

@@ -107,7 +107,7 @@ def sampled_cases(draw):
     return history, targets, n_negatives, np.array(scores), draw(st.integers(0, 2**31))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(sampled_cases())
 def test_sampled_metrics_match_a_brute_force_ranking_of_the_candidates(case):
     history, targets, n_negatives, scores, seed = case

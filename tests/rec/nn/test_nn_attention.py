@@ -30,7 +30,7 @@ def test_sdpa_equals_reference_path(causal: bool, num_heads: int) -> None:
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, num_heads, 7, dtype=torch.float64))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(
     batch=st.integers(1, 4),
     length=st.integers(1, 9),

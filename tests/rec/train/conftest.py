@@ -1,7 +1,4 @@
-"""A tiny learnable dataset (each user walks the catalogue in steps of 3) and tiny run configs.
-
-The models here are a few thousand parameters: one thread is faster than two contended ones.
-"""
+"""A tiny learnable dataset (each user walks the catalogue in steps of 3) and tiny run configs."""
 
 from __future__ import annotations
 
@@ -10,14 +7,6 @@ from pathlib import Path
 import pytest
 import torch
 from train_helpers import tiny_config, write_walks
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

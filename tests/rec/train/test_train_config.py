@@ -71,7 +71,7 @@ def run_configs(draw) -> RunConfig:
     )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(run_configs())
 def test_json_round_trip_is_exact(tmp_path_factory, config):
     path = tmp_path_factory.mktemp("cfg") / "config.json"
@@ -79,7 +79,7 @@ def test_json_round_trip_is_exact(tmp_path_factory, config):
     assert load_config(path) == config
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(run_configs())
 def test_toml_round_trip_is_exact(tmp_path_factory, config):
     path = tmp_path_factory.mktemp("cfg") / "config.toml"

@@ -27,7 +27,7 @@ def left_pad(items: list[int], max_len: int) -> list[int]:
     return [0] * (max_len - len(kept)) + kept
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(rows_strategy, st.integers(1, 6))
 def test_causal_batches_shift_by_one(rows, max_len):
     train = Sequences.from_lists(rows)
@@ -45,7 +45,7 @@ def test_causal_batches_shift_by_one(rows, max_len):
     assert torch.equal(real, batch.targets != 0)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(rows_strategy, st.integers(1, 6))
 def test_last_position_uses_every_prefix(rows, max_len):
     train = Sequences.from_lists(rows)

@@ -29,7 +29,6 @@ from torch import nn
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask
 from attnsvm.rec.nn.blocks import AttentionInput, EncoderOutput
-from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
 from attnsvm.rec.nn.ffn import ACTIVATIONS
 
 
@@ -109,13 +108,7 @@ class AdaMCT(SequentialRecommender):
     def __init__(self, num_items: int, config: AdaMCTConfig | None = None) -> None:
         config = config or AdaMCTConfig()
         super().__init__(num_items, config)
-        self.items = ItemEmbedding(
-            num_items, config.hidden_size, separate_output=config.separate_output_embedding
-        )
-        self.embed = SequenceEmbedding(
-            self.items, config.max_len, config.position, config.scale_embeddings,
-            layer_norm=True, dropout=config.dropout,
-        )
+        self.build_embeddings(layer_norm=True)
         self.layers = nn.ModuleList(AdaMCTLayer(config) for _ in range(config.num_blocks))
         self.init_weights()
 

@@ -29,7 +29,7 @@ from torch import nn
 from attnsvm.rec.nn import losses
 from attnsvm.rec.nn.attention import MultiHeadAttention
 from attnsvm.rec.nn.blocks import NORM_LAYOUTS
-from attnsvm.rec.nn.embedding import POSITION_KINDS, ItemEmbedding
+from attnsvm.rec.nn.embedding import POSITION_KINDS, ItemEmbedding, SequenceEmbedding
 from attnsvm.rec.nn.ffn import ACTIVATIONS
 
 OBJECTIVES = ("causal", "cloze", "last")
@@ -198,6 +198,17 @@ class SequentialRecommender(nn.Module):
             raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}")
         self.num_items = num_items
         self.config = config
+
+    def build_embeddings(self, *, layer_norm: bool) -> None:
+        """Set ``self.items`` (item table) and ``self.embed`` (input embedding) from the config."""
+        config = self.config
+        self.items = ItemEmbedding(
+            self.num_items, config.hidden_size, separate_output=config.separate_output_embedding
+        )
+        self.embed = SequenceEmbedding(
+            self.items, config.max_len, config.position, scale=config.scale_embeddings,
+            layer_norm=layer_norm, dropout=config.dropout,
+        )
 
     def init_weights(self) -> None:
         """Normal(0, init_std) for linear and embedding weights, zero biases and padding rows."""

@@ -29,7 +29,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
-from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
 from attnsvm.rec.nn.ffn import PointwiseFFN
 
 
@@ -100,13 +99,7 @@ class ConvFormer(SequentialRecommender):
         config = config or ConvFormerConfig()
         super().__init__(num_items, config)
         self.objective = config.objective
-        self.items = ItemEmbedding(
-            num_items, config.hidden_size, separate_output=config.separate_output_embedding
-        )
-        self.embed = SequenceEmbedding(
-            self.items, config.max_len, config.position, config.scale_embeddings,
-            layer_norm=True, dropout=config.dropout,
-        )
+        self.build_embeddings(layer_norm=True)
         self.layers = nn.ModuleList(ConvFormerLayer(config) for _ in range(config.num_blocks))
         self.init_weights()
 

@@ -33,7 +33,6 @@ from torch import nn
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.nn.attention import attention_mask
 from attnsvm.rec.nn.blocks import EncoderOutput, TransformerBlock
-from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
 
 SCANS = ("sequential", "parallel")
 BACKENDS = ("torch", "mamba_ssm")
@@ -166,13 +165,7 @@ class MaTrRec(SequentialRecommender):
         config = config or MaTrRecConfig()
         super().__init__(num_items, config)
         self.objective = config.objective
-        self.items = ItemEmbedding(
-            num_items, config.hidden_size, separate_output=config.separate_output_embedding
-        )
-        self.embed = SequenceEmbedding(
-            self.items, config.max_len, config.position, config.scale_embeddings,
-            layer_norm=True, dropout=config.dropout,
-        )
+        self.build_embeddings(layer_norm=True)
         self.layers = nn.ModuleList(MaTrRecLayer(config) for _ in range(config.num_blocks))
         self.init_weights()
         for layer in self.layers:

@@ -19,7 +19,6 @@ import torch
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.nn.blocks import EncoderOutput, TransformerEncoder
-from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
 
 
 @dataclass(frozen=True)
@@ -34,16 +33,7 @@ class SASRec(SequentialRecommender):
     def __init__(self, num_items: int, config: SASRecConfig | None = None) -> None:
         config = config or SASRecConfig()
         super().__init__(num_items, config)
-        self.items = ItemEmbedding(
-            num_items, config.hidden_size, separate_output=config.separate_output_embedding
-        )
-        self.embed = SequenceEmbedding(
-            self.items,
-            config.max_len,
-            config.position,
-            scale=config.scale_embeddings,
-            dropout=config.dropout,
-        )
+        self.build_embeddings(layer_norm=False)
         self.encoder = TransformerEncoder(
             config.hidden_size,
             config.num_blocks,

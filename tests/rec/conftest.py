@@ -1,4 +1,4 @@
-"""These tests run tiny tensors: one thread is several times faster than two contended ones."""
+"""The rec tests run tiny tensors: one thread is several times faster than two contended ones."""
 
 import pytest
 import torch
