@@ -4,7 +4,7 @@ negatives, exact exclusion, determinism."""
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from attnsvm.rec.data.batches import (
@@ -27,7 +27,6 @@ def distinct_rows(row_lengths, seed=0):
     return Sequences(offsets, items, np.arange(len(row_lengths)) + 100)
 
 
-@settings(deadline=None)
 @given(lengths, st.integers(1, 6), st.integers(1, 5))
 def test_causal_batches(row_lengths, max_len, batch_size):
     seqs = distinct_rows(row_lengths)
@@ -48,7 +47,6 @@ def test_causal_batches(row_lengths, max_len, batch_size):
     assert sorted(seen_users) == [100 + r for r, n in enumerate(row_lengths) if n >= 2]
 
 
-@settings(deadline=None)
 @given(lengths, st.integers(1, 6), st.integers(1, 7))
 def test_last_position_batches(row_lengths, max_len, batch_size):
     seqs = distinct_rows(row_lengths)
@@ -67,7 +65,6 @@ def test_last_position_batches(row_lengths, max_len, batch_size):
     assert sorted(samples) == sorted(expected)
 
 
-@settings(deadline=None)
 @given(lengths, st.integers(1, 6), st.floats(0.0, 1.0), st.booleans())
 def test_cloze_batches(row_lengths, max_len, mask_prob, force_last):
     seqs = distinct_rows(row_lengths)
