@@ -1,5 +1,6 @@
 """Att-SVM solvers against cvxpy references: KKT, infeasibility, SVM-equivalence (§2.2-§2.8)."""
 
+import itertools
 import warnings
 
 import cvxpy as cp
@@ -8,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnsvm.theory import _sdp
 from attnsvm.theory.svm import (
     CLARABEL_ACCURATE,
     SVMResult,
@@ -188,6 +190,58 @@ def test_nuclear_reduction_and_the_cvxpy_path_keep_the_objective():
     assert clarabel.solver == "CLARABEL" and clarabel.info["sdp_size"] == 12
     assert clarabel.objective == pytest.approx(reduced.objective, rel=1e-7)
     assert reduced.info["rounds"] >= 1 and reduced.info["working_set"] <= 3 * 5
+
+
+def _lens_like_stream(seed):
+    """Instances shaped like a recommender's attention (the lens): few distinct item vectors
+    plus small position offsets, layer-normalised, a constant coordinate, the query the last
+    token, ``alpha`` chosen by a random ``W``. Repeated items make the features nearly
+    dependent, which is where Wolfe's method can stall at the precision limit."""
+    rng = np.random.default_rng(seed)
+    while True:
+        d, V = int(rng.choice([8, 12, 16])), int(rng.choice([30, 100, 300]))
+        n, T = int(rng.choice([50, 100, 200])), int(rng.choice([10, 20, 40]))
+        items, pos = rng.normal(size=(V, d)), 0.1 * rng.normal(size=(T, d))
+        H = items[rng.integers(0, V, size=(n, T))] + pos[None]
+        H = (H - H.mean(-1, keepdims=True)) / H.std(-1, keepdims=True)
+        X = np.concatenate([H, np.ones((n, T, 1))], -1)
+        W0 = rng.normal(size=(d + 1, d + 1)) * 3
+        yield X, X[:, -1], np.argmax(np.einsum("itd,de,ie->it", X, W0, X[:, -1]), 1)
+
+
+def test_frobenius_finishes_where_min_norm_point_stalls():
+    """The 76th instance of stream 0 stalls Wolfe's method at a margin of 1 - 6.5e-6 (it used to
+    raise); the least-distance NNLS fallback must give the exact solution."""
+    X, Z, alpha = next(itertools.islice(_lens_like_stream(0), 75, None))
+    ours = solve_frobenius(X, Z, alpha)
+    assert ours.info.get("fallback") == "least-distance NNLS"
+    assert max(ours.kkt.values()) <= 1e-8
+    assert margins(X, Z, alpha, ours.W).min() >= 1 - 1e-10
+    seq, token = pair_indices(alpha, X.shape[1])
+    W = cp.Variable((X.shape[2], X.shape[2]))
+    delta, query = X[seq, alpha[seq]] - X[seq, token], Z[seq]
+    problem = cp.Problem(
+        cp.Minimize(cp.sum_squares(W)), [cp.sum(cp.multiply(delta @ W, query), axis=1) >= 1]
+    )
+    problem.solve(solver="CLARABEL", **CLARABEL_ACCURATE)
+    assert np.linalg.norm(ours.W - W.value) <= 1e-6 * np.linalg.norm(W.value)
+
+
+def test_nuclear_interior_point_stall_falls_back_to_clarabel(monkeypatch):
+    """A Cholesky failure inside the interior point (iterates that lost definiteness in floating
+    point) must end in Clarabel's accurate solve, never in a LinAlgError."""
+    X, Z, alpha = _instances(11, 1, 4, 5, 6)[0]
+    reference = solve_nuclear(X, Z, alpha)
+    assert "cvxpy_solver" not in reference.info
+
+    def lose_definiteness(*args, **kwargs):
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+
+    monkeypatch.setattr(_sdp, "_iterate", lose_definiteness)
+    stalled = solve_nuclear(X, Z, alpha)
+    assert stalled.status == "optimal" and stalled.info["cvxpy_solver"] == "CLARABEL"
+    assert stalled.objective == pytest.approx(reference.objective, rel=1e-7)
+    assert margins(X, Z, alpha, stalled.W).min() >= 1 - 1e-9
 
 
 def test_official_style_frobenius_agrees():

@@ -177,6 +177,8 @@ class MinNormPoint:
     point: np.ndarray
     zero_in_hull: bool
     iterations: int
+    #: set by the caller when another method had to finish the solve
+    fallback: str | None = None
 
 
 def min_norm_point(kernel: ProductKernel, *, tol: float = DEFAULT_TOL) -> MinNormPoint:

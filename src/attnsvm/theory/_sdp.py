@@ -111,6 +111,27 @@ class _Newton:
         return primal, dual
 
 
+def _iterate(op: _Operator, Y, x, y, S, s, rp, Rd, rd, mu):
+    """One Mehrotra predictor-corrector step; raises LinAlgError at the precision limit."""
+    m, N = len(Y), len(x)
+    Sinv = np.linalg.inv(S)
+    Sinv = 0.5 * (Sinv + Sinv.T)
+    newton = _Newton(op, Y, x, S, s, Sinv, rp, Rd, rd)
+    # predictor (affine scaling), then Mehrotra's centring and second-order correction
+    dY, dx, dy, dS, ds = newton.direction(-Y, -x)
+    ap, ad = newton.steps(dY, dx, dS, ds)
+    mu_aff = (np.sum((Y + ap * dY) * (S + ad * dS)) + (x + ap * dx) @ (s + ad * ds)) / (m + N)
+    sigma = min(1.0, (mu_aff / mu) ** 3)
+    H = sigma * mu * Sinv - Y - dY @ dS @ Sinv
+    h = sigma * mu / s - x - dx * ds / s
+    dY, dx, dy, dS, ds = newton.direction(H, h)
+    ap, ad = newton.steps(dY, dx, dS, ds)
+    ap, ad = min(1.0, STEP_FRACTION * ap), min(1.0, STEP_FRACTION * ad)
+    Y, x = Y + ap * dY, x + ap * dx
+    y, S, s = y + ad * dy, S + ad * dS, s + ad * ds
+    return 0.5 * (Y + Y.T), x, y, 0.5 * (S + S.T), s
+
+
 def solve(delta: np.ndarray, zeta: np.ndarray, *, tol: float = TOL) -> SDPSolution:
     """The nuclear-norm SVM on the reduced data ``delta (N, p)``, ``zeta (N, q)``."""
     op = _Operator(delta, zeta)
@@ -137,24 +158,11 @@ def solve(delta: np.ndarray, zeta: np.ndarray, *, tol: float = TOL) -> SDPSoluti
         if max(residuals.values()) <= tol:
             converged = True
             break
-        Sinv = np.linalg.inv(S)
-        Sinv = 0.5 * (Sinv + Sinv.T)
         try:
-            newton = _Newton(op, Y, x, S, s, Sinv, rp, Rd, rd)
-        except LinAlgError:  # the Schur matrix lost definiteness: stalled at the precision limit
+            Y, x, y, S, s = _iterate(op, Y, x, y, S, s, rp, Rd, rd, mu)
+        except LinAlgError:
+            # Y or S (or the Schur matrix) lost definiteness in floating point: the iterates
+            # stalled at the precision limit; return them unconverged (callers fall back)
             break
-        # predictor (affine scaling), then Mehrotra's centring and second-order correction
-        dY, dx, dy, dS, ds = newton.direction(-Y, -x)
-        ap, ad = newton.steps(dY, dx, dS, ds)
-        mu_aff = (np.sum((Y + ap * dY) * (S + ad * dS)) + (x + ap * dx) @ (s + ad * ds)) / (m + N)
-        sigma = min(1.0, (mu_aff / mu) ** 3)
-        H = sigma * mu * Sinv - Y - dY @ dS @ Sinv
-        h = sigma * mu / s - x - dx * ds / s
-        dY, dx, dy, dS, ds = newton.direction(H, h)
-        ap, ad = newton.steps(dY, dx, dS, ds)
-        ap, ad = min(1.0, STEP_FRACTION * ap), min(1.0, STEP_FRACTION * ad)
-        Y, x = Y + ap * dY, x + ap * dx
-        y, S, s = y + ad * dy, S + ad * dS, s + ad * ds
-        Y, S = 0.5 * (Y + Y.T), 0.5 * (S + S.T)
     B = 0.5 * (Y[: op.p, op.p :] + Y[op.p :, : op.p].T)
     return SDPSolution(B=B, y=y, iterations=iteration, residuals=residuals, converged=converged)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import cvxpy as cp
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.optimize import nnls
 
 from attnsvm.theory import _mnp, _sdp
 from attnsvm.theory.tokens import NEIGHBOR_TOL, check_indices, check_matrix, check_tokens
@@ -155,8 +156,50 @@ def _polish(kernel: _mnp.ProductKernel, rows: np.ndarray) -> np.ndarray | None:
     return lam if lam.min() > 0 else None
 
 
+#: Working-set rounds of the least-distance fallback (each adds every violated constraint).
+LDP_MAX_ROUNDS = 50
+
+
+def _least_distance(kernel: _mnp.ProductKernel, rows: np.ndarray) -> np.ndarray | None:
+    """Dual multipliers of the hard-margin SVM by Lawson & Hanson's least-distance programming.
+
+    ``min ||W|| s.t. <W, f_k> >= 1`` is the NNLS problem ``min ||E u - e||, u >= 0`` with
+    ``E = [F; 1^T]``, ``e = (0, ..., 0, 1)``, and ``lambda = u / (1 - sum u)``; ``F`` enters only
+    through a square root of the working set's Gram matrix. The QR-based NNLS works with that
+    root, whose condition number is the square root of the Gram matrix's, so it reaches the
+    solutions where Wolfe's method stalls on nearly dependent features. Solved on a working set
+    grown by every violated constraint; None if the hull holds 0 (``sum u = 1``).
+    """
+    working = np.zeros(kernel.size, dtype=bool)
+    working[rows] = True
+    for _ in range(LDP_MAX_ROUNDS):
+        idx = np.flatnonzero(working)
+        evals, evecs = np.linalg.eigh(kernel.block(idx, idx))
+        keep = evals > _mnp.PIVOT_TOL * max(float(evals.max()), 0.0)
+        root = np.sqrt(evals[keep])[:, None] * evecs[:, keep].T
+        E = np.vstack([root, np.ones((1, len(idx)))])
+        target = np.zeros(len(E))
+        target[-1] = 1.0
+        u, _ = nnls(E, target, maxiter=50 * len(idx))
+        slack = 1.0 - float(u.sum())
+        if slack <= _mnp.INFEASIBLE_NORM:
+            return None
+        lam = np.zeros(kernel.size)
+        lam[idx] = u / slack
+        margins = kernel.inner(kernel.combine(idx, lam[idx]))
+        violated = (margins < 1.0 - 1e-12) & ~working
+        if not violated.any():
+            return lam
+        working |= violated
+    return None
+
+
 def _solve_kernel_svm(kernel: _mnp.ProductKernel, tol: float):
-    """Hard-margin SVM on the kernel's features: ``(W, dual, margins)`` or the certificate."""
+    """Hard-margin SVM on the kernel's features: ``(W, dual, margins)`` or the certificate.
+
+    Wolfe's min-norm point first; where it stalls at the precision limit short of the margins,
+    Lawson & Hanson's least-distance NNLS finishes from its corral (``info["fallback"]``).
+    """
     mnp = _mnp.min_norm_point(kernel, tol=tol)
     if mnp.zero_in_hull:
         return None, mnp
@@ -168,15 +211,31 @@ def _solve_kernel_svm(kernel: _mnp.ProductKernel, tol: float):
     W = kernel.combine(rows, lam)
     margins = kernel.inner(W)
     smallest = float(margins.min())
-    if smallest < 1.0 - 1e-6:
-        raise RuntimeError(
-            f"min_norm_point stopped after {mnp.iterations} iterations with a margin of "
-            f"{smallest:.3e}; please report this instance"
-        )
-    if smallest < 1.0:  # restore exact feasibility; changes ||W|| by a factor 1 + O(tol)
-        W, lam, margins = W / smallest, lam / smallest, margins / smallest
     dual = np.zeros(kernel.size)
     dual[rows] = lam
+    if smallest < 1.0 - 1e-9:
+        ldp = _least_distance(kernel, rows)
+        if ldp is None:
+            raise RuntimeError(
+                f"min_norm_point stopped after {mnp.iterations} iterations with a margin of "
+                f"{smallest:.9f} and the least-distance fallback failed; please report this "
+                "instance"
+            )
+        support = np.flatnonzero(ldp > 0)
+        polished = _polish(kernel, support)
+        dual = np.zeros(kernel.size)
+        dual[support] = ldp[support] if polished is None else polished
+        W = kernel.combine(support, dual[support])
+        margins = kernel.inner(W)
+        smallest = float(margins.min())
+        mnp.fallback = "least-distance NNLS"
+    if smallest < 1.0 - 1e-6:
+        raise RuntimeError(
+            f"the Frobenius Att-SVM solve ended with a margin of {smallest:.3e} after "
+            f"{mnp.iterations} min-norm-point iterations; please report this instance"
+        )
+    if smallest < 1.0:  # restore exact feasibility; changes ||W|| by a factor 1 + O(tol)
+        W, dual, margins = W / smallest, dual / smallest, margins / smallest
     return (W, dual, margins), mnp
 
 
@@ -193,6 +252,8 @@ def solve_frobenius(X, Z, alpha, *, tol: float = 1e-10) -> SVMResult:
     kernel = _selection_kernel(X, Z, alpha)
     solution, mnp = _solve_kernel_svm(kernel, tol)
     info = {"iterations": mnp.iterations, "corral": len(mnp.corral)}
+    if mnp.fallback:
+        info["fallback"] = mnp.fallback
     if solution is None:
         return _infeasible(mnp.mu, "wolfe-mnp", start, info)
     W, dual, margins = solution
