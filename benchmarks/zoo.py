@@ -58,12 +58,15 @@ PAPER: dict[str, Setting] = {
     "convformer": Setting("convformer", BCE1, published={"beauty": (0.0675, 0.0354)}),
     "adamct": Setting("adamct", CE),
     "matrrec": Setting("matrrec", CE),
-    # spatial calibrator + attack mask; the min-max attack update (actsr.adversarial_step)
-    # needs a trainer hook, so here the attack projections keep their initial values
+    # spatial calibrator + attack mask; the trainer runs the min-max attack update after every
+    # step (ACTSR.adversarial_step)
     "actsr": Setting("actsr", CE, lr=1e-4),
+    # the trainer passes each example's user id; SSE as in the README example (user 0.92,
+    # item 0.1 replacement), BCE with one negative as in the official sampler
+    "ssept": Setting("ssept", BCE1),
 }
-# Not in the table: ssept needs the trainer to pass user ids (forward(users=...)) and strec
-# needs event timestamps aligned with the windows (S3-Beauty has none); see the zoo README.
+# Not in the table: strec needs event timestamps aligned with the windows, and neither S3-Beauty
+# nor the SASRec version of ML-1M has them (train it on ml-100k or ml-latest-small instead).
 BASELINE_NAMES = ("pop", "sknn", "vsknn", "vstan")
 
 DATASETS = {"beauty": 50, "ml-1m": 200}  # name → max_len (the papers' windows)

@@ -156,4 +156,5 @@ def sliding_windows(seqs: Sequences, window: int, stride: int) -> Sequences:
     length = np.minimum(n[row], window)
     offsets = np.concatenate([[0], np.cumsum(length)]).astype(np.int64)
     gather = np.repeat(seqs.offsets[row] + start - offsets[:-1], length) + np.arange(offsets[-1])
-    return Sequences(offsets, seqs.items[gather], seqs.users[row])
+    times = None if seqs.times is None else seqs.times[gather]
+    return Sequences(offsets, seqs.items[gather], seqs.users[row], times)

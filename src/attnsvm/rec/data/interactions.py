@@ -245,8 +245,9 @@ class Interactions:
     # -- views --------------------------------------------------------------------------------
 
     def to_sequences(self) -> Sequences:
-        """One CSR row per internal user, in chronological order."""
-        return Sequences(self.offsets, self.item, np.arange(self.num_users, dtype=np.int64))
+        """One CSR row per internal user, in chronological order (with timestamps if known)."""
+        users = np.arange(self.num_users, dtype=np.int64)
+        return Sequences(self.offsets, self.item, users, self.timestamp)
 
     def stats(self, name: str | None = None) -> Stats:
         lengths = np.diff(self.offsets)

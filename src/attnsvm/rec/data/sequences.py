@@ -14,11 +14,16 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Sequences:
-    """Rows of internal item ids; ``users[r]`` is the internal user id of row ``r``."""
+    """Rows of internal item ids; ``users[r]`` is the internal user id of row ``r``.
+
+    ``times`` (optional) holds each event's timestamp, aligned with ``items``; it travels through
+    every selection and split so that time-aware models (STRec) see the times of their windows.
+    """
 
     offsets: np.ndarray  # int64, shape (rows + 1,), offsets[0] == 0, non-decreasing
     items: np.ndarray  # int64, shape (offsets[-1],), every entry >= 1
     users: np.ndarray  # int64, shape (rows,)
+    times: np.ndarray | None = None  # float64, shape (offsets[-1],), or None
 
     def __post_init__(self) -> None:
         offsets = np.ascontiguousarray(self.offsets, dtype=np.int64)
@@ -34,6 +39,11 @@ class Sequences:
             raise ValueError(f"users has shape {users.shape}, expected ({offsets.size - 1},)")
         if items.size and items.min() < 1:
             raise ValueError("item ids must be >= 1 (0 is the padding id)")
+        if self.times is not None:
+            times = np.ascontiguousarray(self.times, dtype=np.float64)
+            if times.shape != items.shape:
+                raise ValueError(f"times has shape {times.shape}, expected {items.shape}")
+            object.__setattr__(self, "times", times)
         object.__setattr__(self, "offsets", offsets)
         object.__setattr__(self, "items", items)
         object.__setattr__(self, "users", users)
@@ -67,19 +77,29 @@ class Sequences:
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         starts = self.offsets[rows]
         gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
-        return Sequences(offsets, self.items[gather], self.users[rows])
+        times = None if self.times is None else self.times[gather]
+        return Sequences(offsets, self.items[gather], self.users[rows], times)
 
     def padded(self, max_len: int, rows: np.ndarray | None = None) -> np.ndarray:
         """Left-padded ``(rows, max_len)`` int64 matrix of the last ``max_len`` items per row."""
+        return self._padded(self.items, max_len, rows)
+
+    def padded_times(self, max_len: int, rows: np.ndarray | None = None) -> np.ndarray:
+        """The timestamps aligned with :meth:`padded` (0 at padding); a ValueError without times."""
+        if self.times is None:
+            raise ValueError("these sequences carry no timestamps (the data had none)")
+        return self._padded(self.times, max_len, rows)
+
+    def _padded(self, values: np.ndarray, max_len: int, rows: np.ndarray | None) -> np.ndarray:
         rows = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64)
-        out = np.zeros((rows.size, max_len), dtype=np.int64)
+        out = np.zeros((rows.size, max_len), dtype=values.dtype)
         ends = self.offsets[rows + 1]
         lengths = np.minimum(ends - self.offsets[rows], max_len)
         row_idx = np.repeat(np.arange(rows.size), lengths)
         # position within the kept tail, counted from the end of the row
         from_end = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         from_end = np.repeat(lengths, lengths) - 1 - from_end
-        out[row_idx, max_len - 1 - from_end] = self.items[np.repeat(ends, lengths) - 1 - from_end]
+        out[row_idx, max_len - 1 - from_end] = values[np.repeat(ends, lengths) - 1 - from_end]
         return out
 
 

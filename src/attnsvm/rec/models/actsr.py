@@ -162,6 +162,15 @@ class ACTSR(SequentialRecommender):
         """Mean ``‖1 − M‖₂`` over the layers of the last forward pass."""
         return torch.stack([block.attention.mask_penalty for block in self.blocks]).mean()
 
+    def adversarial_step(
+        self,
+        item_seq: torch.Tensor,
+        loss_of_hidden: Callable[[torch.Tensor], torch.Tensor],
+        attack_optimizer: torch.optim.Optimizer,
+    ) -> float:
+        """The attack projections' ascent step (:func:`adversarial_step`)."""
+        return adversarial_step(self, item_seq, loss_of_hidden, attack_optimizer)
+
     def forward(
         self, item_seq: torch.Tensor, return_attention: bool = False,
         return_layer_inputs: bool = False, stream: str = "calibrated",

@@ -14,6 +14,12 @@ Inputs are ``item_seq`` LongTensors (B, L), left-padded with 0, internal item id
   ``k_proj``, ``v_proj``, ``out_proj``), so the lens can read W_Q, W_K, W_V, W_O.
 - item logits are ``hidden @ output_embedding().T + output_bias()``; ``score_last`` returns them
   (B, num_items + 1) for the item after the last position, column 0 (padding) = −∞.
+- ``extra_inputs`` names the keyword inputs beyond ``item_seq`` that ``forward`` and
+  ``score_last`` take from the data: ``"users"`` (B,) internal user ids, ``"timestamps"`` (B, L)
+  event times aligned with ``item_seq``. The trainer and the evaluator pass exactly these.
+- A min–max model (AC-TSR) returns its attack parameters from ``attack_parameters()`` and
+  defines ``adversarial_step``; the trainer then trains every other parameter on the loss and
+  calls ``adversarial_step`` after each step.
 """
 
 from __future__ import annotations
@@ -186,6 +192,7 @@ class SequentialRecommender(nn.Module):
 
     objective: ClassVar[str]
     config_class: ClassVar[type[TransformerConfig]]
+    extra_inputs: ClassVar[tuple[str, ...]] = ()
     items: ItemEmbedding
 
     def __init__(self, num_items: int, config: TransformerConfig) -> None:
@@ -262,6 +269,10 @@ class SequentialRecommender(nn.Module):
     def attention_weights(self, item_seq: torch.Tensor) -> list[torch.Tensor]:
         """Per layer (B, H, L, L) attention weights, from the explicit-matmul reference path."""
         return self(item_seq, return_attention=True).attention
+
+    def attack_parameters(self) -> list[nn.Parameter]:
+        """Parameters trained adversarially (by ``adversarial_step``), none by default."""
+        return []
 
     def attention_modules(self) -> list[MultiHeadAttention]:
         return [m for m in self.modules() if isinstance(m, MultiHeadAttention)]

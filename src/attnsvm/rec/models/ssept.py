@@ -58,6 +58,8 @@ class SSEPT(SequentialRecommender):
     objective = "causal"
     config_class = SSEPTConfig
 
+    extra_inputs = ("users",)
+
     def __init__(self, num_items: int, config: SSEPTConfig | None = None) -> None:
         config = config or SSEPTConfig()
         super().__init__(num_items, config)

@@ -100,6 +100,7 @@ class STRecLayer(nn.Module):
 class STRec(SequentialRecommender):
     objective = "last"
     config_class = STRecConfig
+    extra_inputs = ("timestamps",)
 
     def __init__(self, num_items: int, config: STRecConfig | None = None) -> None:
         config = config or STRecConfig()

@@ -64,6 +64,8 @@ def make_examples(train: Sequences, objective: str) -> Examples:
 class Batch:
     inputs: torch.Tensor  # (B, L) item ids, left-padded
     targets: torch.Tensor  # (B, L) for causal/cloze (0 = no target), (B,) for last
+    users: torch.Tensor  # (B,) internal user id of each example
+    times: torch.Tensor | None  # (B, L) timestamps aligned with inputs (0 at padding), or None
 
 
 def make_batch(
@@ -79,7 +81,11 @@ def make_batch(
         targets = train.items[starts + ends]
     else:
         targets = np.zeros_like(inputs)
-    return Batch(torch.from_numpy(inputs), torch.from_numpy(targets))
+    times = None
+    if train.times is not None:
+        times = torch.from_numpy(windows(train.times, starts, starts + ends, max_len))
+    users = torch.from_numpy(train.users[rows])
+    return Batch(torch.from_numpy(inputs), torch.from_numpy(targets), users, times)
 
 
 def negative_sampler(kind: str, popularity: np.ndarray, seed: int):

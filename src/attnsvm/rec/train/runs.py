@@ -18,7 +18,7 @@ from attnsvm.rec.config import RunConfig, load_config
 from attnsvm.rec.eval.ranking import EvalResult
 from attnsvm.rec.models import MODELS, SequentialRecommender
 from attnsvm.rec.train.checkpoint import WEIGHTS, finished_run, load_weights
-from attnsvm.rec.train.trainer import evaluate_model, load_split, window_length
+from attnsvm.rec.train.trainer import evaluate_model, load_split, model_inputs, window_length
 
 
 @dataclass(frozen=True)
@@ -78,35 +78,57 @@ def evaluate_run(run_dir: str | Path, split: str = "test") -> EvalResult:
     )
 
 
-def user_history(run: LoadedRun, user: object) -> list:
-    """The user's whole history in the run's data (train, validation and test items), external."""
+@dataclass(frozen=True)
+class UserHistory:
+    items: list  # external item ids, oldest first
+    times: np.ndarray | None  # their timestamps, if the data has them
+    internal_user: int
+
+
+def user_history(run: LoadedRun, user: object) -> UserHistory:
+    """The user's whole history in the run's data (train, validation and test items)."""
     from attnsvm.rec.data.datasets import load_dataset
 
     data = load_dataset(run.config.data.dataset, root=run.config.data.root)
     rows = {str(u): r for r, u in enumerate(data.user_ids.tolist())}
     if str(user) not in rows:
         raise ValueError(f"unknown user id {user} (not in {run.config.data.dataset})")
+    row = rows[str(user)]
     sequences = data.to_sequences()
-    return data.item_ids[sequences.row(rows[str(user)])].tolist()
+    span = slice(sequences.offsets[row], sequences.offsets[row + 1])
+    times = None if sequences.times is None else sequences.times[span]
+    return UserHistory(data.item_ids[sequences.items[span]].tolist(), times, row)
 
 
 def recommend(
     run_dir: str | Path, user: object = None, history: list | None = None, k: int = 10
 ) -> list:
-    """Top-k external item ids after ``history`` (or user ``user``'s history), seen excluded."""
+    """Top-k external item ids after ``history`` (or user ``user``'s history), seen excluded.
+
+    A model with a user table (SSE-PT) reads ``user``'s row; for a bare ``history`` it uses its
+    "unknown user" vector. A time-aware model (STRec) needs ``user``: a bare history has no times.
+    """
     if (user is None) == (history is None):
         raise ValueError("give exactly one of user or history")
     run = load_run(run_dir)
-    items = user_history(run, user) if user is not None else list(history)
-    if not items:
+    # a bare history belongs to no row of the user table: -1 selects the unknown-user vector
+    known = user_history(run, user) if user is not None else UserHistory(list(history), None, -1)
+    if not known.items:
         raise ValueError("the history is empty")
-    internal = run.internal_items(items)
+    if "timestamps" in run.model.extra_inputs and known.times is None:
+        raise ValueError(
+            f"{type(run.model).__name__} needs event times: recommend for a --user of the data, "
+            "not a bare --history"
+        )
+    internal = run.internal_items(known.items)
     num_items = run.model.num_items
     if not 1 <= k <= num_items - len(set(internal.tolist())):
         raise ValueError(f"k must lie in 1..{num_items - len(set(internal.tolist()))}")
     window = torch.from_numpy(internal[-run.max_len :][None, :])
+    times = None if known.times is None else torch.from_numpy(known.times[-run.max_len :][None])
+    extras = model_inputs(run.model, torch.tensor([known.internal_user]), times)
     with torch.inference_mode():
-        scores = run.model.score_last(window)[0]
+        scores = run.model.score_last(window, **extras)[0]
         scores[torch.from_numpy(internal)] = -torch.inf
         # stable: equal scores keep the lower item id first, as in evaluation
         order = torch.sort(scores, descending=True, stable=True).indices[:k]

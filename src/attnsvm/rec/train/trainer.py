@@ -18,6 +18,7 @@ its shard (``distributed.py``); dropout masks then differ from a single process,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -141,13 +142,40 @@ def window_length(config: RunConfig) -> int:
     return resolve(config.model.name, **config.model.overrides)[1].max_len
 
 
-def build(config: RunConfig, num_items: int) -> SequentialRecommender:
-    """The run's model, initialised from ``train.seed``."""
-    name, model_config, _ = resolve(
-        config.model.name, **config.model.overrides, max_len=window_length(config)
-    )
+def build(config: RunConfig, num_items: int, num_users: int = 0) -> SequentialRecommender:
+    """The run's model, initialised from ``train.seed``; a model with a user table (SSE-PT)
+    gets one row per training user unless the config sets ``num_users``."""
+    overrides = dict(config.model.overrides)
+    name = resolve(config.model.name)[0]
+    has_users = "num_users" in {f.name for f in dataclasses.fields(MODELS[name].config_class)}
+    if has_users and "num_users" not in overrides:
+        overrides["num_users"] = num_users
+    name, model_config, _ = resolve(config.model.name, **overrides, max_len=window_length(config))
     seed_everything(config.train.seed)
     return MODELS[name].model_class(num_items, model_config)
+
+
+def model_inputs(
+    model: SequentialRecommender, users: torch.Tensor, times: torch.Tensor | None
+) -> dict[str, torch.Tensor]:
+    """The keyword inputs the model's ``extra_inputs`` name, from a batch's users and times."""
+    extras = {}
+    if "users" in model.extra_inputs:
+        extras["users"] = users
+    if "timestamps" in model.extra_inputs:
+        if times is None:
+            raise ValueError(f"{type(model).__name__} needs timestamps and the data has none")
+        extras["timestamps"] = times
+    return extras
+
+
+def check_inputs_available(model: SequentialRecommender, split: Split, dataset: str) -> None:
+    """Refuse, before any training, a time-aware model on data without timestamps."""
+    if "timestamps" in model.extra_inputs and split.train.times is None:
+        raise ValueError(
+            f"model {type(model).__name__} needs event timestamps and dataset {dataset!r} has "
+            "none (use one with times, e.g. ml-100k, ml-latest-small or yoochoose)"
+        )
 
 
 def subtask(task: EvalTask, rows: np.ndarray) -> EvalTask:
@@ -174,8 +202,13 @@ def score_function(
 
     def score(rows: np.ndarray) -> torch.Tensor:
         sequences = torch.from_numpy(task.history.padded(max_len, rows)).to(device)
+        times = None
+        if task.history.times is not None:
+            times = torch.from_numpy(task.history.padded_times(max_len, rows)).to(device)
+        users = torch.from_numpy(task.users[rows]).to(device)
+        extras = model_inputs(model, users, times)
         with _autocast(device, bf16):
-            return model.score_last(sequences).float()
+            return model.score_last(sequences, **extras).float()
 
     return score
 
@@ -261,7 +294,18 @@ class _Loop:
         self.log_q = log_q(self.loss.sampler, self.popularity) if self.loss.sampled else None
         self.sampler = None  # this epoch's negative sampler, re-seeded per epoch
         train = config.train
-        self.optimizer = OPTIMIZERS[train.optimizer](model.parameters(), train)
+        check_inputs_available(model, split, config.data.dataset)
+        # a min-max model trains its attack parameters in its own ascent step, nothing else does
+        attack = model.attack_parameters()
+        attacked = {id(p) for p in attack}
+        trained = [p for p in model.parameters() if id(p) not in attacked]
+        self.optimizer = OPTIMIZERS[train.optimizer](trained, train)
+        if attack and context.distributed:
+            raise ValueError(
+                f"{type(model).__name__}'s adversarial step is single-process only; "
+                "run it without torchrun"
+            )
+        self.attack_optimizer = _adamw(attack, train) if attack else None
         warmup = train.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
@@ -288,6 +332,9 @@ class _Loop:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "attack_optimizer": (
+                self.attack_optimizer.state_dict() if self.attack_optimizer else None
+            ),
             "scheduler": self.scheduler.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "epoch": self.epoch,
@@ -301,6 +348,8 @@ class _Loop:
     def restore(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.attack_optimizer is not None:
+            self.attack_optimizer.load_state_dict(state["attack_optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         for name in ("epoch", "step", "best", "best_epoch", "bad_epochs", "history"):
@@ -330,27 +379,30 @@ class _Loop:
         if negatives is not None:
             negatives = negatives[before : before + count].to(device)
         item_log_q = self.log_q.to(device) if self.log_q is not None else None
+        times = batch.times[owned].to(device) if batch.times is not None else None
+        extras = model_inputs(self.model, batch.users[owned].to(device), times)
+
+        def loss_of_hidden(hidden: torch.Tensor) -> torch.Tensor:
+            hidden = hidden[local_mask] if per_position else hidden[:, -1]
+            positives = targets[local_mask] if per_position else targets
+            if not count:
+                return hidden.sum() * 0.0
+            loss = self.loss.compute(
+                hidden,
+                positives,
+                self.model.output_embedding(),
+                self.model.output_bias(),
+                negatives,
+                item_log_q,
+            )
+            # shares of the global mean: summing gradients over processes gives its gradient
+            # whatever the number of processes
+            return loss * (count / total)
 
         def closure() -> float:
             self.optimizer.zero_grad(set_to_none=False)
             with _autocast(device, self.config.train.bf16):
-                hidden = self.train_model(inputs)
-                hidden = hidden[local_mask] if per_position else hidden[:, -1]
-                positives = targets[local_mask] if per_position else targets
-                if count:
-                    loss = self.loss.compute(
-                        hidden,
-                        positives,
-                        self.model.output_embedding(),
-                        self.model.output_bias(),
-                        negatives,
-                        item_log_q,
-                    )
-                    # shares of the global mean: summing gradients over processes gives its
-                    # gradient whatever the number of processes
-                    loss = loss * (count / total)
-                else:
-                    loss = hidden.sum() * 0.0
+                loss = loss_of_hidden(self.train_model(inputs, **extras))
             loss.backward()
             distributed.all_reduce_gradients(self.model, self.context)
             value = distributed.sum_scalar(float(loss.detach()), self.context)
@@ -366,6 +418,9 @@ class _Loop:
 
         self.model.train()
         value = self.optimizer.step(closure)
+        if self.attack_optimizer is not None:
+            with _autocast(device, self.config.train.bf16):
+                self.model.adversarial_step(inputs, loss_of_hidden, self.attack_optimizer)
         self.scheduler.step()
         self.step += 1
         return float(value)
@@ -435,7 +490,7 @@ def _prepare(config: RunConfig, run_dir: Path | None, resume: bool):
         validate(config)
         run, state = None, None
     split = load_split(config.data)
-    model = build(config, split.num_items)
+    model = build(config, split.num_items, split.num_users)
     return config, split, model, run, state
 
 
