@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from attnsvm.rec.models import MODELS, LossConfig, resolve
+from attnsvm.rec.models.knn import BASELINES, baseline_fields, build_baseline
 from attnsvm.rec.models.registry import PRESETS
 
 SPLITS = ("leave-one-out",)
@@ -128,6 +129,8 @@ class RunConfig:
 
     def resolved_loss(self) -> LossConfig:
         """The loss that trains this run: the explicit one, else the preset's."""
+        if self.model.name in BASELINES:
+            raise ConfigError(f"model {self.model.name!r} is a non-neural baseline: it has no loss")
         return self.loss if self.loss is not None else resolve(self.model.name)[2]
 
 
@@ -136,12 +139,14 @@ def _plain(value: Any) -> Any:
 
 
 def _model_hints(name: str) -> dict[str, Any]:
+    if name in BASELINES:
+        return baseline_fields(name)
     model_name = PRESETS[name].model if name in PRESETS else name
     return typing.get_type_hints(MODELS[model_name].config_class)
 
 
 def _check_model_name(name: Any, source: str) -> None:
-    known = sorted(set(MODELS) | set(PRESETS))
+    known = sorted(set(MODELS) | set(PRESETS) | set(BASELINES))
     if name not in known:
         raise ConfigError(f"{source}: unknown model {name!r}{_suggest(str(name), known)}")
 
@@ -272,6 +277,14 @@ def validate(config: RunConfig, source: str = "config") -> None:
         raise ConfigError(f"{source}: eval.valid_metric cut-off {cutoff} is not in eval.ks")
     if eval_.sampled_sampler not in ("uniform", "popularity"):
         raise ConfigError(f"{source}: eval.sampled_sampler must be 'uniform' or 'popularity'")
+    if config.model.name in BASELINES:
+        if config.loss is not None:
+            raise ConfigError(f"{source}: model {config.model.name!r} is a baseline: no [loss]")
+        try:
+            build_baseline(config.model.name, **config.model.overrides)
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"{source}: model: {error}") from None
+        return
     try:
         resolve(config.model.name, **config.model.overrides)
     except (TypeError, ValueError) as error:

@@ -159,7 +159,27 @@ BASELINES = {
 }
 
 
-def build_baseline(name: str):
+#: A fitted or unfitted baseline (both have ``fit`` and ``score_function``).
+Baseline = Popularity | SessionKNN
+
+
+def baseline_fields(name: str) -> dict[str, type]:
+    """The settings a baseline takes (``neighbours``, the decays), by name, with their types."""
     if name not in BASELINES:
         raise ValueError(f"unknown baseline {name!r} (known: {', '.join(BASELINES)})")
-    return BASELINES[name][0]()
+    if name == "pop":
+        return {}
+    fields = {"neighbours": int, "lambda_spw": float, "lambda_inh": float}
+    return fields if name == "vstan" else {"neighbours": int}
+
+
+def build_baseline(name: str, **settings):
+    """The baseline ``name`` with ``settings`` (see :func:`baseline_fields`), not yet fitted."""
+    known = baseline_fields(name)
+    unknown = sorted(set(settings) - set(known))
+    if unknown:
+        raise ValueError(
+            f"baseline {name!r} has no setting {unknown[0]!r} (settings: "
+            f"{', '.join(known) or 'none'})"
+        )
+    return Popularity() if name == "pop" else SessionKNN(name, **settings)

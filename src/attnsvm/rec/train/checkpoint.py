@@ -145,7 +145,10 @@ def finished_run(path: str | Path) -> Path:
         if partial.is_dir():
             raise RunDirError(f"{path}: the run did not finish; continue it with --resume {path}")
         raise RunDirError(f"{path}: no such run directory")
-    for name in ("config.json", "model.json", WEIGHTS, "id_maps.json"):
+    for name in ("config.json", "model.json", "id_maps.json"):
         if not (path / name).is_file():
             raise RunDirError(f"{path}: not a run directory ({name} is missing)")
+    baseline = json.loads((path / "model.json").read_text()).get("baseline", False)
+    if not baseline and not (path / WEIGHTS).is_file():  # a baseline is refitted, not loaded
+        raise RunDirError(f"{path}: not a run directory ({WEIGHTS} is missing)")
     return path

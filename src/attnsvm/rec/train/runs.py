@@ -15,8 +15,11 @@ import numpy as np
 import torch
 
 from attnsvm.rec.config import RunConfig, load_config
+from attnsvm.rec.data.sequences import EvalTask, Sequences
 from attnsvm.rec.eval.ranking import EvalResult
 from attnsvm.rec.models import MODELS, SequentialRecommender
+from attnsvm.rec.models.knn import Baseline
+from attnsvm.rec.train.baselines import evaluate_baseline, fit_baseline
 from attnsvm.rec.train.checkpoint import WEIGHTS, finished_run, load_weights
 from attnsvm.rec.train.trainer import evaluate_model, load_split, model_inputs, window_length
 
@@ -25,13 +28,18 @@ from attnsvm.rec.train.trainer import evaluate_model, load_split, model_inputs, 
 class LoadedRun:
     run_dir: Path
     config: RunConfig
-    model: SequentialRecommender  # best weights, in eval mode
+    model: SequentialRecommender | Baseline  # best weights in eval mode, or a refitted baseline
     item_ids: np.ndarray  # external id of internal item i (index 0 = padding placeholder)
     user_ids: np.ndarray  # external id of internal user u
 
     @property
+    def baseline(self) -> bool:
+        return not isinstance(self.model, SequentialRecommender)
+
+    @property
     def max_len(self) -> int:
-        return window_length(self.config)
+        """The model's input window (a baseline reads the whole history)."""
+        return np.iinfo(np.int64).max if self.baseline else window_length(self.config)
 
     def internal_items(self, external: list) -> np.ndarray:
         """Internal ids of external item ids (compared as text); unknown ids are an error."""
@@ -44,14 +52,18 @@ class LoadedRun:
 
 
 def load_run(run_dir: str | Path) -> LoadedRun:
-    """Model (best checkpoint), config and id maps of a finished run."""
+    """Model (best checkpoint; a baseline refitted on the run's data), config and id maps."""
     path = finished_run(run_dir)
     config = load_config(path / "config.json")
     info = json.loads((path / "model.json").read_text())
-    spec = MODELS[info["model"]]
-    model = spec.model_class(info["num_items"], spec.config_class.from_dict(info["model_config"]))
-    load_weights(model, path / WEIGHTS)
-    model.eval()
+    if info.get("baseline"):
+        model = fit_baseline(config, load_split(config.data))
+    else:
+        spec = MODELS[info["model"]]
+        model_config = spec.config_class.from_dict(info["model_config"])
+        model = spec.model_class(info["num_items"], model_config)
+        load_weights(model, path / WEIGHTS)
+        model.eval()
     maps = json.loads((path / "id_maps.json").read_text())
     return LoadedRun(path, config, model, np.array(maps["items"]), np.array(maps["users"]))
 
@@ -62,6 +74,8 @@ def evaluate_run(run_dir: str | Path, split: str = "test") -> EvalResult:
         raise ValueError(f"split must be 'test' or 'valid', got {split!r}")
     run = load_run(run_dir)
     data = load_split(run.config.data)
+    if run.baseline:
+        return evaluate_baseline(run.model, data, run.config, split)
     if data.num_items != run.model.num_items:
         raise ValueError(
             f"{run.run_dir}: the data now has {data.num_items} items, "
@@ -100,6 +114,20 @@ def user_history(run: LoadedRun, user: object) -> UserHistory:
     return UserHistory(data.item_ids[sequences.items[span]].tolist(), times, row)
 
 
+def _next_item_scores(run: LoadedRun, internal: np.ndarray, known: UserHistory) -> torch.Tensor:
+    """``(num_items + 1,)`` scores of the item after ``internal`` (the user's internal items)."""
+    user = np.array([known.internal_user])
+    if run.baseline:
+        history = Sequences.from_lists([internal.tolist()], users=user)
+        nothing = Sequences.from_lists([[]], users=user)
+        task = EvalTask(user, history, nothing, nothing)
+        return run.model.score_function(task)(np.array([0]))[0]
+    window = torch.from_numpy(internal[-run.max_len :][None, :])
+    times = None if known.times is None else torch.from_numpy(known.times[-run.max_len :][None])
+    extras = model_inputs(run.model, torch.from_numpy(user), times)
+    return run.model.score_last(window, **extras)[0]
+
+
 def recommend(
     run_dir: str | Path, user: object = None, history: list | None = None, k: int = 10
 ) -> list:
@@ -115,20 +143,17 @@ def recommend(
     known = user_history(run, user) if user is not None else UserHistory(list(history), None, -1)
     if not known.items:
         raise ValueError("the history is empty")
-    if "timestamps" in run.model.extra_inputs and known.times is None:
+    if not run.baseline and "timestamps" in run.model.extra_inputs and known.times is None:
         raise ValueError(
             f"{type(run.model).__name__} needs event times: recommend for a --user of the data, "
             "not a bare --history"
         )
     internal = run.internal_items(known.items)
-    num_items = run.model.num_items
+    num_items = len(run.item_ids) - 1
     if not 1 <= k <= num_items - len(set(internal.tolist())):
         raise ValueError(f"k must lie in 1..{num_items - len(set(internal.tolist()))}")
-    window = torch.from_numpy(internal[-run.max_len :][None, :])
-    times = None if known.times is None else torch.from_numpy(known.times[-run.max_len :][None])
-    extras = model_inputs(run.model, torch.tensor([known.internal_user]), times)
     with torch.inference_mode():
-        scores = run.model.score_last(window, **extras)[0]
+        scores = _next_item_scores(run, internal, known)
         scores[torch.from_numpy(internal)] = -torch.inf
         # stable: equal scores keep the lower item id first, as in evaluation
         order = torch.sort(scores, descending=True, stable=True).indices[:k]

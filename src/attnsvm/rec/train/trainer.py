@@ -54,6 +54,7 @@ from attnsvm.rec.eval.metrics import metrics_from_topk
 from attnsvm.rec.eval.ranking import EvalResult, protocol_label, rank_topk
 from attnsvm.rec.eval.sampled import sampled_evaluate
 from attnsvm.rec.models import MODELS, SequentialRecommender, resolve
+from attnsvm.rec.models.knn import BASELINES
 from attnsvm.rec.train import distributed
 from attnsvm.rec.train.callbacks import EpochState
 from attnsvm.rec.train.checkpoint import (
@@ -224,15 +225,37 @@ def evaluate_model(
     context: distributed.Context | None = None,
     bf16: bool = False,
 ) -> EvalResult:
-    """Full-ranking metrics; under DDP each process ranks a shard and the top-k lists are
-    gathered in user order, so the metrics equal a single process's."""
+    """Full-ranking metrics of a neural model (see :func:`evaluate_scores`)."""
     context = context or distributed.Context()
     model.eval()
+    return evaluate_scores(
+        lambda local: score_function(model, local, max_len, context.device, bf16),
+        task,
+        num_items,
+        eval_config,
+        popularity=popularity,
+        context=context,
+    )
+
+
+def evaluate_scores(
+    score_for: Callable[[EvalTask], Callable[[np.ndarray], torch.Tensor]],
+    task: EvalTask,
+    num_items: int,
+    eval_config: EvalConfig,
+    *,
+    popularity: np.ndarray | None = None,
+    context: distributed.Context | None = None,
+) -> EvalResult:
+    """Full-ranking metrics of ``score_for(task)`` (a ``rows → scores`` function for a task);
+    under DDP each process ranks a shard and the top-k lists are gathered in user order, so the
+    metrics equal a single process's."""
+    context = context or distributed.Context()
     ks = tuple(sorted(eval_config.ks))
     owned = shard_rows(len(task), context)
     local = subtask(task, owned)
     topk = rank_topk(
-        score_function(model, local, max_len, context.device, bf16),
+        score_for(local),
         local,
         num_items,
         max(ks),
@@ -508,7 +531,14 @@ def train(
     resume: bool = False,
     show_progress: bool = True,
 ) -> RunResult:
-    """Train, early-stop, test and publish ``run_dir``; ``resume=True`` continues it."""
+    """Train, early-stop, test and publish ``run_dir``; ``resume=True`` continues it.
+
+    A non-neural baseline (``pop``, ``sknn``, ``vsknn``, ``vstan``) is fitted instead
+    (:mod:`attnsvm.rec.train.baselines`)."""
+    if not resume and config.model.name in BASELINES:
+        from attnsvm.rec.train.baselines import train_baseline
+
+        return train_baseline(config, run_dir)
     context = distributed.init_from_env()
     try:
         return _train(config, run_dir, callbacks, resume, show_progress, context)

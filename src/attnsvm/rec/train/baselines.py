@@ -1,0 +1,84 @@
+"""The non-neural baselines (``pop``, ``sknn``, ``vsknn``, ``vstan``) as runs like any model.
+
+A baseline's training is a fit on the training sequences: deterministic and seconds long. Its
+run directory has the usual layout without weights (``model.json`` marks it ``baseline``), and
+``fit_baseline`` refits it from the run's data whenever it is evaluated or asked to recommend,
+which gives the same model. Valid and test are ranked by the shared evaluator, seen filter and
+tie rule included, so the metrics compare with every neural run (and ``attnsvm compare`` reads
+its ``test_eval.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnsvm.rec.config import RunConfig, atomic_write_text, save_config
+from attnsvm.rec.data.splits import Split
+from attnsvm.rec.eval.ranking import EvalResult
+from attnsvm.rec.models.knn import BASELINES, build_baseline
+from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json
+from attnsvm.rec.train.trainer import RunResult, default_run_dir, evaluate_scores, load_split
+
+
+def is_baseline(name: str) -> bool:
+    return name in BASELINES
+
+
+def fit_baseline(config: RunConfig, split: Split):
+    """The run's baseline, fitted on ``split.train``."""
+    model = build_baseline(config.model.name, **config.model.overrides)
+    return model.fit(split.train, split.num_items)
+
+
+def evaluate_baseline(model, split: Split, config: RunConfig, stage: str = "test") -> EvalResult:
+    """Full-ranking metrics of a fitted baseline on ``stage`` (``test`` or ``valid``)."""
+    popularity = np.bincount(split.train.items, minlength=split.num_items + 1)
+    task = getattr(split, stage)
+    return evaluate_scores(
+        model.score_function, task, split.num_items, config.eval, popularity=popularity
+    )
+
+
+def train_baseline(config: RunConfig, run_dir: str | Path | None = None) -> RunResult:
+    """Fit, rank validation and test users, and publish the run directory."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError(f"baseline {config.model.name!r} fits in one process; drop torchrun")
+    split = load_split(config.data)
+    start = time.perf_counter()
+    model = fit_baseline(config, split)
+    fit_seconds = time.perf_counter() - start
+    valid = evaluate_baseline(model, split, config, "valid")
+    test = evaluate_baseline(model, split, config, "test")
+    run = RunDirectory.create(Path(run_dir) if run_dir is not None else default_run_dir(config))
+    save_config(config, run.work / "config.json")
+    settings = {"name": config.model.name, **config.model.overrides}
+    atomic_write_json(
+        run.work / "model.json",
+        {"model": config.model.name, "num_items": split.num_items, "baseline": True,
+         "model_config": settings},
+    )
+    maps = {"items": split.item_ids.tolist(), "users": split.user_ids.tolist()}
+    atomic_write_json(run.work / "id_maps.json", maps)
+    record = {"epoch": 0, "fit_seconds": fit_seconds, "valid": valid.metrics}
+    atomic_write_text(run.work / "log.jsonl", json.dumps(record) + "\n")
+    atomic_write_json(
+        run.work / "metrics.json",
+        {
+            "protocol": f"{split.protocol}, {test.protocol}",
+            "test": test.metrics,
+            "valid": valid.metrics,
+            "best_epoch": 0,
+            "epochs": 0,
+            "stopped_early": False,
+            "train_seconds": fit_seconds,
+            "steps": 0,
+        },
+    )
+    test.save(run.work / "test_eval.json")
+    run.finish()
+    return RunResult(run.final, test.metrics, valid.metrics, 0, 0, False, fit_seconds)
