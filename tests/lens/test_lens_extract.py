@@ -109,17 +109,51 @@ def test_counterfactual_score_is_a_full_forward_with_one_hot_attention():
     assert np.isnan(scores[1, :7]).all()
 
 
-def test_linear_score_is_the_heads_readout_of_one_token():
-    model64, seq = _model("pre"), _windows()
+@pytest.mark.parametrize("norm", ["sasrec", "pre", "post"])
+def test_linear_score_is_the_direct_path_readout_of_one_token(norm):
+    """Autograd reference on the last layer: with its FFN zeroed and every LayerNorm's σ held at
+    the forward's own value, the target logit is affine in the head's output at the last
+    position, and its gradient read on each token's value is γ."""
+    model64, seq = _model(norm), _windows()
     targets = np.array([1, 2, 3, 4, 5])
-    view = extract(model64, seq, [(1, 0)])[0]
-    keys = torch.from_numpy(view.X[..., :-1])
-    gamma = linear_scores(model64, keys, view.valid, targets, 1, 0)
-    attention = model64.attention_modules()[1]
-    value = attention.v_proj(keys)[..., :8]  # head 0's value, bias included
-    out = value @ attention.out_proj.weight[:, :8].T
-    expected = torch.einsum("ntd,nd->nt", out, model64.output_embedding()[targets]).detach()
-    np.testing.assert_allclose(gamma[view.valid], expected.numpy()[view.valid], rtol=1e-12)
+    layer, head, d_h = 1, 1, 8
+    block = model64.encoder.blocks[layer]
+    with torch.no_grad():
+        block.ffn.outer.weight.zero_()
+        block.ffn.outer.bias.zero_()
+    gamma = linear_scores(model64, seq, targets, layer, head)
+
+    def frozen_sigma(module, args, _):
+        u = args[0]
+        centred = u - u.mean(-1, keepdim=True)
+        sigma = torch.sqrt(u.var(-1, unbiased=False, keepdim=True) + module.eps).detach()
+        return centred / sigma * module.weight + module.bias
+
+    attention = model64.attention_modules()[layer]
+    rows = slice(head * d_h, (head + 1) * d_h)
+    shift = torch.zeros(5, d_h, dtype=torch.float64, requires_grad=True)
+
+    def add_shift(_, args):
+        heads_out = args[0].clone()
+        heads_out[:, -1, rows] = heads_out[:, -1, rows] + shift
+        return (heads_out,)
+
+    norms = [m for m in model64.modules() if isinstance(m, torch.nn.LayerNorm)]
+    hooks = [m.register_forward_hook(frozen_sigma) for m in norms]
+    hooks.append(attention.out_proj.register_forward_pre_hook(add_shift))
+    try:
+        hidden = model64(seq)[:, -1]
+        logits = model64.logits(hidden)[torch.arange(5), torch.from_numpy(targets)]
+        (readout,) = torch.autograd.grad(logits.sum(), shift)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    keys = model64(seq, return_layer_inputs=True).layer_inputs[layer].key
+    values = attention.v_proj(keys)[..., rows]
+    expected = torch.einsum("ntk,nk->nt", values, readout).detach().numpy()
+    valid = (seq != 0).numpy()
+    np.testing.assert_allclose(gamma[valid], expected[valid], rtol=1e-10, atol=1e-12)
+    assert np.isnan(gamma[~valid]).all()
 
 
 def test_bad_layer_or_head_is_a_clear_error():

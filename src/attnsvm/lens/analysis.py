@@ -107,9 +107,9 @@ class Solution:
         }
 
 
-def conic_svm(pairs: Pairs, norm: str, C: float | None = SOFT_MARGIN_C) -> Solution | None:
+def conic_svm(pairs: Pairs, norm: str, C: float | None = SOFT_MARGIN_C) -> Solution:
     """The Att-SVM as one conic program: soft margin ``min ||W|| + C Σ ξ`` s.t. ``margin_k ≥
-    1 − ξ_k``, ``ξ ≥ 0``, or hard margin with ``C=None`` (None if that is infeasible).
+    1 − ξ_k``, ``ξ ≥ 0``, or hard margin with ``C=None`` (for a selection known feasible).
 
     ``P = W Zᵀ`` is its own variable, so each margin touches ``p`` numbers instead of ``p²``.
     Clarabel solves it, except nuclear norms above ``ACCURATE_NUCLEAR_DIM`` dimensions: their
@@ -140,8 +140,6 @@ def conic_svm(pairs: Pairs, norm: str, C: float | None = SOFT_MARGIN_C) -> Solut
         warnings.simplefilter("ignore", UserWarning)  # "inaccurate": the margins are re-checked
         problem.solve(solver=solver, **options)
     if W.value is None:
-        if C is None and problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
-            return None
         raise RuntimeError(f"Att-SVM ({norm}): {solver} returned {problem.status}")
     value = W.value
     margin_values = pairs.margins(value)
@@ -158,64 +156,80 @@ def conic_svm(pairs: Pairs, norm: str, C: float | None = SOFT_MARGIN_C) -> Solut
                     solver=f"{solver} ({problem.status})")
 
 
-#: Rivals per sequence in the first working set (those with the smallest margins under a guide).
+#: Rivals per sequence in the first soft-margin working set (smallest margins under a guide).
 WORKING_RIVALS = 6
 #: Working-set rounds before giving up (each adds every constraint the solution violates).
 MAX_ROUNDS = 50
 
 
-def _solve_all(pairs: Pairs, norm: str, C: float, hard: bool) -> Solution:
-    """Hard margin if ``hard`` and feasible (decided by the exact Frobenius solver; Clarabel's
-    conic form where that solver gives up), else the soft margin."""
-    start = time.perf_counter()
-    if not hard:
-        return conic_svm(pairs, norm, C)
-    alpha = np.zeros(len(pairs), dtype=np.int64)
-    try:
-        result = svm.solve_frobenius(pairs.X, pairs.Z, alpha)
-    except RuntimeError:  # the min-norm-point solver stalled (reported upstream): go conic
-        solution = conic_svm(pairs, norm, None)
-        return solution if solution is not None else conic_svm(pairs, norm, C)
-    if not result.feasible:
-        return conic_svm(pairs, norm, C)
-    if norm == "nuclear":
-        if pairs.X.shape[2] > ACCURATE_NUCLEAR_DIM:
-            return conic_svm(pairs, norm, None)
-        # Clarabel, not the default in-house interior point: that one can fail a Cholesky
-        result = svm.solve_nuclear(pairs.X, pairs.Z, alpha, solver="CLARABEL")
-    return Solution(norm, "hard", result.W, result.objective, time.perf_counter() - start,
-                    pairs.margins(result.W), solver=result.solver)
+def _grow(pairs: Pairs, working: np.ndarray, solve_working: Callable[[Pairs], Solution]):
+    """Solve on ``working``, add every constraint the solution violates, until none is."""
+    for rounds in range(1, MAX_ROUNDS + 1):
+        solution = solve_working(pairs.subset(working))
+        margins = pairs.margins(solution.W)
+        violated = (margins < 1.0 - 1e-7) & ~working
+        if not violated.any():
+            solution.margins = margins
+            solution.rounds, solution.working_set = rounds, int(working.sum())
+            return solution
+        working = working | violated
+    raise RuntimeError(f"Att-SVM working set did not settle in {MAX_ROUNDS} rounds")
 
 
-def solve(pairs: Pairs, norm: str, C: float = SOFT_MARGIN_C,
-          guide: np.ndarray | None = None) -> Solution:
-    """The hard-margin Att-SVM in ``norm``, or its soft-margin variant where it is infeasible.
+def _nuclear_hard(pairs: Pairs, frobenius: Solution) -> Solution:
+    """The hard-margin nuclear-norm Att-SVM of a feasible selection.
 
-    Solved on a working set of constraints, grown by every constraint the solution violates
-    (margin below 1) until none is: a constraint met with margin ≥ 1 would add nothing (no
-    slack, no binding), so the result solves the full problem. The first working set holds, per
-    sequence, the ``WORKING_RIVALS`` rivals with the smallest margins under ``guide`` (the
-    model's own ``W``), since they are the likely support.
+    Solved on a working set that starts with the Frobenius solution's SVM-neighbours (the two
+    norms share most active constraints), so every solve sees a few hundred constraints instead
+    of tens of thousands: the theory's interior point up to ``ACCURATE_NUCLEAR_DIM`` dimensions,
+    SCS above (the interior point's Schur complement costs seconds per iteration there).
+    """
+    if pairs.X.shape[2] > ACCURATE_NUCLEAR_DIM:
+        return _grow(pairs, frobenius.margins <= 1.0 + NEIGHBOR_TOL,
+                     lambda working: conic_svm(working, "nuclear", None))
+
+    def solve_working(working: Pairs) -> Solution:
+        alpha = np.zeros(len(working), dtype=np.int64)
+        result = svm.solve_nuclear(working.X, working.Z, alpha)
+        return Solution("nuclear", "hard", result.W, result.objective, result.seconds,
+                        working.margins(result.W), solver=result.solver)
+
+    return _grow(pairs, frobenius.margins <= 1.0 + NEIGHBOR_TOL, solve_working)
+
+
+def solve(pairs: Pairs, C: float = SOFT_MARGIN_C,
+          guide: np.ndarray | None = None) -> dict[str, Solution]:
+    """``{norm: solution}``: the hard-margin Att-SVMs, or their soft-margin variants where the
+    hard ones are infeasible (the constraint set, hence feasibility, is the same for both norms).
+
+    Feasibility and the Frobenius solution come from the exact min-norm-point solver on every
+    constraint at once. The nuclear and the soft-margin problems are solved on a working set of
+    constraints, grown by every constraint the solution violates (margin below 1) until none
+    is: a constraint met with margin ≥ 1 would add nothing (no slack, no binding), so the result
+    solves the full problem. The first soft-margin working set holds, per sequence, the
+    ``WORKING_RIVALS`` rivals with the smallest margins under ``guide`` (the model's own ``W``),
+    since they are the likely support.
     """
     start = time.perf_counter()
+    result = svm.solve_frobenius(pairs.X, pairs.Z, np.zeros(len(pairs), dtype=np.int64))
+    if result.feasible:
+        frobenius = Solution("frobenius", "hard", result.W, result.objective, result.seconds,
+                             pairs.margins(result.W), solver=result.solver)
+        solutions = {"frobenius": frobenius, "nuclear": _nuclear_hard(pairs, frobenius)}
+        solutions["nuclear"].seconds = time.perf_counter() - start - result.seconds
+        return solutions
     margins = pairs.margins(guide) if guide is not None else np.zeros(len(pairs))
     order = np.lexsort((margins, pairs.seq))  # by sequence, then by margin (stable)
     first = np.searchsorted(pairs.seq[order], pairs.seq[order], side="left")
     working = np.zeros(len(pairs), dtype=bool)
     working[order[np.arange(len(pairs)) - first < WORKING_RIVALS]] = True
-    hard = True
-    for rounds in range(1, MAX_ROUNDS + 1):
-        solution = _solve_all(pairs.subset(working), norm, C, hard)
-        hard = solution.kind == "hard"
-        margins = pairs.margins(solution.W)
-        violated = (margins < 1.0 - 1e-7) & ~working
-        if not violated.any():
-            solution.margins = margins
-            solution.seconds = time.perf_counter() - start
-            solution.rounds, solution.working_set = rounds, int(working.sum())
-            return solution
-        working |= violated
-    raise RuntimeError(f"Att-SVM working set did not settle in {MAX_ROUNDS} rounds")
+    solutions = {}
+    for norm in NORMS:
+        norm_start = time.perf_counter()
+        solutions[norm] = _grow(pairs, working, lambda w, norm=norm: conic_svm(w, norm, C))
+        solutions[norm].seconds = time.perf_counter() - norm_start
+    solutions["frobenius"].seconds += result.seconds
+    return solutions
 
 
 def masked_argmax(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -280,11 +294,9 @@ def analyse_head(view, scores: dict[str, np.ndarray], *, C: float = SOFT_MARGIN_
         key = alpha.tobytes()
         if key not in cache:
             problem = pairs if name == "selected" else Pairs.build(X, Z, valid, alpha)
-            cache[key] = {}
-            for norm in NORMS:
-                step(f"L{view.layer}H{view.head} {name} {norm}")
-                cache[key][norm] = (solve(problem, norm, C, view.W_selection)
-                                    if len(problem) else None)
+            step(f"L{view.layer}H{view.head} {name}")
+            cache[key] = (solve(problem, C, view.W_selection) if len(problem)
+                          else dict.fromkeys(NORMS))
         solutions[name] = cache[key]
     shape = valid.shape
     fro_selected = solutions["selected"]["frobenius"]

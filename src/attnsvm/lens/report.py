@@ -98,6 +98,16 @@ def _snapshots(run_dir: Path, layer: int, head: int) -> list[tuple[int, np.ndarr
     return rows
 
 
+def _checkpoint_epoch(run_dir: Path) -> int | None:
+    """The epoch whose weights ``model.safetensors`` holds (``metrics.json``), if recorded.
+
+    The Att-SVMs are posed on that model's hidden states, so only the ``W`` of epochs up to it
+    are compared with them: later snapshots belong to a model the report does not read.
+    """
+    metrics = run_dir / "metrics.json"
+    return json.loads(metrics.read_text()).get("best_epoch") if metrics.is_file() else None
+
+
 def _png(fig) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
@@ -249,6 +259,9 @@ def write_report(run_dir, out_dir=None, sequences: int = 200, layer: int | None 
     from attnsvm.rec.train import load_run
 
     run = load_run(run_dir)
+    if run.baseline:
+        raise LensError(f"{run.run_dir}: {run.config.model.name} is a non-neural baseline; "
+                        "it has no attention to read")
     out = Path(out_dir) if out_dir is not None else run.run_dir / "lens"
     if sequences < 1:
         raise LensError(f"sequences must be ≥ 1, got {sequences}")
@@ -263,15 +276,14 @@ def write_report(run_dir, out_dir=None, sequences: int = 200, layer: int | None 
     model64 = float64_copy(run.model)
     grid = head_grid(model64, layer, head)
     views = extract(model64, item_seq, grid)
+    checkpoint_epoch = _checkpoint_epoch(run.run_dir)
     notes = [f"token scores use the true next item (the leave-one-out test target); soft-margin "
              f"C = {C} where a hard-margin Att-SVM is infeasible"]
     analyses, images = [], {}
     with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("lens", total=len(views) * 6)
+        task = bar.add_task("lens", total=len(views) * 3)  # one step per selection solved
         for view in views:
-            keys = torch.from_numpy(view.X[..., :-1])
-            scores = {"linear": linear_scores(model64, keys, view.valid, targets,
-                                              view.layer, view.head)}
+            scores = {"linear": linear_scores(model64, item_seq, targets, view.layer, view.head)}
             try:
                 scores["counterfactual"] = counterfactual_scores(
                     model64, item_seq, targets, view.layer, view.head)
@@ -282,7 +294,8 @@ def write_report(run_dir, out_dir=None, sequences: int = 200, layer: int | None 
             def step(description: str) -> None:
                 bar.update(task, advance=1, description=description)
 
-            snapshots = _snapshots(run.run_dir, view.layer, view.head)
+            snapshots = [(epoch, W) for epoch, W in _snapshots(run.run_dir, view.layer, view.head)
+                         if checkpoint_epoch is None or epoch <= checkpoint_epoch]
             analysis = analyse_head(view, scores, C=C, snapshots=snapshots, step=step)
             analyses.append(analysis)
             images.update(_plots(analysis, view, scores))
@@ -298,6 +311,7 @@ def write_report(run_dir, out_dir=None, sequences: int = 200, layer: int | None 
         "users": run.user_ids[test.users[rows]].tolist(),
         "score_kinds": list(analyses[0].optimal),
         "soft_margin_C": C,
+        "checkpoint_epoch": checkpoint_epoch,
         "titles": str(title_path) if title_path else None,
         "notes": notes,
         "heads": [a.summary for a in analyses],

@@ -318,25 +318,31 @@ def _nuclear_ipm(delta, zeta, frobenius_margins):
     """Interior point on a working set of constraints, grown by the violated ones.
 
     The nuclear and Frobenius solutions share most active constraints, so the working set
-    starts with the Frobenius SVM-neighbours. Returns ``(B, y, info)``, or None if the interior
-    point stalls.
+    starts with the Frobenius SVM-neighbours. A round whose interior point stalls at the
+    precision limit is solved by Clarabel on the same working set, so memory stays that of the
+    working set, never of all constraints. Returns ``(B, y, info)``, or None if the working set
+    does not settle.
     """
     working = frobenius_margins <= 1.0 + NEIGHBOR_TOL
+    clarabel_rounds = 0
     for rounds in range(1, MAX_ROUNDS + 1):
         rows = np.flatnonzero(working)
         solution = _sdp.solve(delta[rows], zeta[rows])
-        if not solution.converged:
-            return None
-        margins = np.einsum("kp,pq,kq->k", delta, solution.B, zeta, optimize=True)
+        if solution.converged:
+            B, y_rows = solution.B, solution.y
+        else:
+            B, y_rows, _ = _nuclear_cvxpy(delta[rows], zeta[rows], "CLARABEL")
+            clarabel_rounds += 1
+        margins = np.einsum("kp,pq,kq->k", delta, B, zeta, optimize=True)
         violated = (margins < 1.0 - 1e-9) & ~working
         if not violated.any():
             y = np.zeros(len(delta))
-            y[rows] = solution.y
-            return (
-                solution.B,
-                y,
-                {"rounds": rounds, "working_set": len(rows), "ipm_iterations": solution.iterations},
-            )
+            y[rows] = y_rows
+            info = {"rounds": rounds, "working_set": len(rows),
+                    "ipm_iterations": solution.iterations}
+            if clarabel_rounds:
+                info.update(cvxpy_solver="CLARABEL", clarabel_rounds=clarabel_rounds)
+            return B, y, info
         working |= violated
     return None
 
@@ -364,7 +370,7 @@ def solve_nuclear(X, Z, alpha, *, reduce: bool = True, solver: str = "ipm") -> S
     delta, zeta = kernel.delta @ U, kernel.query @ V
     info = {"sdp_size": U.shape[1] + V.shape[1]}
     result = _nuclear_ipm(delta, zeta, solution[2]) if solver == "ipm" else None
-    if result is None:  # a cvxpy solver was asked for, or the interior point stalled
+    if result is None:  # a cvxpy solver was asked for, or the working set did not settle
         name = "CLARABEL" if solver == "ipm" else solver
         B, dual, status = _nuclear_cvxpy(delta, zeta, name)
         info.update(cvxpy_status=status, cvxpy_solver=name)

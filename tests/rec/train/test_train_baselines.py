@@ -59,4 +59,6 @@ def test_cli_trains_compares_and_recommends_with_a_baseline(walks, tmp_path):
     assert "run directory" in result.output
     evaluated = runner.invoke(app, ["evaluate", str(out)])
     assert evaluated.exit_code == 0 and "NDCG@10" in evaluated.output
+    refused = runner.invoke(app, ["lens", str(out)])
+    assert refused.exit_code == 1 and "non-neural baseline" in refused.output
     assert np.isfinite(evaluate_run(out).metrics["NDCG@10"])
