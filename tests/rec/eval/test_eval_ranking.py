@@ -135,7 +135,7 @@ def test_integer_and_half_precision_scores_are_ranked():
     [
         (lambda rows: torch.zeros(len(rows), 3), r"score_fn returned \(1, 3\); expected \(1, 4\)"),
         (lambda rows: np.zeros((len(rows), 4)), r"score_fn returned ndarray"),
-        (lambda rows: torch.full((len(rows), 4), torch.nan), "NaN scores for task rows 0..0"),
+        (lambda rows: torch.full((len(rows), 4), torch.nan), "NaN scores for task rows 0"),
     ],
 )
 def test_bad_score_functions_get_a_clear_error(score_fn, message):

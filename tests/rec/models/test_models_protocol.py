@@ -86,6 +86,26 @@ def test_score_last_shape_padding_column_and_consistency(name: str) -> None:
     torch.testing.assert_close(scores[:, 1:], expected)
 
 
+@pytest.mark.parametrize("norm", ["sasrec", "pre", "post"])
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_sasrec_scores_from_the_last_query_alone(norm: str, blocks: int) -> None:
+    """Scoring computes only the last position in the last block; it must equal the full pass."""
+    net = model("sasrec", norm=norm, num_blocks=blocks)
+    seq = sequences()
+    seq[0] = 0  # an empty history: its hidden state is zero either way
+    torch.testing.assert_close(net.last_hidden(seq), net(seq)[:, -1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("norm", ["sasrec", "pre", "post"])
+def test_sasrec_scores_do_not_depend_on_leading_padding(norm: str) -> None:
+    """``padding_free``: the evaluator may drop padding columns before scoring."""
+    net = model("sasrec", norm=norm)
+    assert net.padding_free
+    seq = sequences()[1:]  # the longest history starts at column 5
+    torch.testing.assert_close(net.score_last(seq[:, 5:]), net.score_last(seq), rtol=1e-12,
+                               atol=1e-12)
+
+
 def test_bert4rec_appends_the_mask_token() -> None:
     bert = model("bert4rec")
     full = sequences()

@@ -57,8 +57,10 @@ def batch_scores(score_fn: ScoreFn, rows: np.ndarray, num_items: int) -> torch.T
 
 def check_no_nan(best: torch.Tensor, rows: np.ndarray) -> None:
     """``best`` = each row's top score; torch ranks NaN above everything, so NaN shows there."""
-    if torch.isnan(best).any():
-        raise ValueError(f"score_fn returned NaN scores for task rows {rows[0]}..{rows[-1]}")
+    bad = torch.isnan(best).cpu().numpy()
+    if bad.any():
+        shown = ", ".join(map(str, rows[bad][:5].tolist()))
+        raise ValueError(f"score_fn returned NaN scores for task rows {shown}")
 
 
 def csr_block(seqs: Sequences, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -115,23 +117,39 @@ def rank_topk(
     batch_size: int = 1024,
     exclude_seen: bool = True,
 ) -> np.ndarray:
-    """``(len(task), k)`` int64 item ids, best first, ranking the whole catalogue 1..num_items."""
+    """``(len(task), k)`` int64 item ids, best first, ranking the whole catalogue 1..num_items.
+
+    Rows are scored in batches of similar history length (longest first), so a score function
+    that trims the padding its batch does not need (:func:`trim_padding`) computes little of it;
+    each row's result does not depend on its batch.
+    """
     if not 1 <= k <= num_items:
         raise ValueError(f"k={k} must be in 1..num_items={num_items}")
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1")
     check_item_ids(task, num_items)
+    order = np.argsort(-task.history.lengths, kind="stable")
+    ordered = EvalTask(task.users[order], task.history.select(order),
+                       task.targets.select(order), task.exclude.select(order))
     out = np.zeros((len(task), k), dtype=np.int64)
     with torch.inference_mode():
         for start in range(0, len(task), batch_size):
             stop = min(start + batch_size, len(task))
-            rows = np.arange(start, stop, dtype=np.int64)
+            rows = order[start:stop]
             scores = batch_scores(score_fn, rows, num_items)
-            mask_batch(scores, task, start, stop, exclude_seen)
+            mask_batch(scores, ordered, start, stop, exclude_seen)
             values, ids = topk_lower_id_first(scores, k)
             check_no_nan(values[:, 0], rows)
-            out[start:stop] = ids.cpu().numpy()
+            out[rows] = ids.cpu().numpy()
     return out
+
+
+def trim_padding(windows: np.ndarray) -> np.ndarray:
+    """Left-padded windows without the leading columns that are padding in every row (one
+    column is kept): for models whose output at real positions does not depend on them."""
+    real = np.flatnonzero((windows != 0).any(axis=0))
+    first = int(real[0]) if real.size else windows.shape[1] - 1
+    return windows[:, first:]
 
 
 def protocol_label(exclude_seen: bool) -> str:

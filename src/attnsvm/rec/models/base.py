@@ -193,6 +193,9 @@ class SequentialRecommender(nn.Module):
     objective: ClassVar[str]
     config_class: ClassVar[type[TransformerConfig]]
     extra_inputs: ClassVar[tuple[str, ...]] = ()
+    #: True if outputs at real positions do not depend on how much left padding precedes them
+    #: (padding keys masked, positions counted from the right): scoring may then drop it
+    padding_free: ClassVar[bool] = False
     items: ItemEmbedding
 
     def __init__(self, num_items: int, config: TransformerConfig) -> None:
@@ -263,8 +266,11 @@ class SequentialRecommender(nn.Module):
         self.check_input(item_seq)
         if item_seq.numel() and (item_seq.min() < 0 or item_seq.max() > self.num_items):
             raise ValueError(f"item ids must lie in 0..{self.num_items} (0 = padding)")
-        hidden = self(self.scoring_input(item_seq))
-        return self.logits(hidden[:, -1])
+        return self.logits(self.last_hidden(self.scoring_input(item_seq)))
+
+    def last_hidden(self, item_seq: torch.Tensor) -> torch.Tensor:
+        """``(B, D)`` hidden state of the last position (a model may compute only that one)."""
+        return self(item_seq)[:, -1]
 
     def attention_weights(self, item_seq: torch.Tensor) -> list[torch.Tensor]:
         """Per layer (B, H, L, L) attention weights, from the explicit-matmul reference path."""

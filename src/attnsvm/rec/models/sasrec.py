@@ -29,6 +29,7 @@ class SASRecConfig(TransformerConfig):
 class SASRec(SequentialRecommender):
     objective = "causal"
     config_class = SASRecConfig
+    padding_free = True
 
     def __init__(self, num_items: int, config: SASRecConfig | None = None) -> None:
         config = config or SASRecConfig()
@@ -58,3 +59,8 @@ class SASRec(SequentialRecommender):
             self.embed(item_seq), item_seq != 0, return_attention, return_layer_inputs
         )
         return out if return_attention or return_layer_inputs else out.hidden
+
+    def last_hidden(self, item_seq: torch.Tensor) -> torch.Tensor:
+        self.check_input(item_seq)
+        out = self.encoder(self.embed(item_seq), item_seq != 0, last_query_only=True)
+        return out.hidden[:, -1]

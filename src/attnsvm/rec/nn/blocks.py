@@ -58,24 +58,33 @@ class TransformerBlock(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(
-        self, x: torch.Tensor, keep_mask: torch.Tensor, return_weights: bool = False
+        self,
+        x: torch.Tensor,
+        keep_mask: torch.Tensor,
+        return_weights: bool = False,
+        last_query_only: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, AttentionInput]:
+        """``last_query_only``: the block's output at the last position only, (B, 1, D); every
+        position still serves as a key (what scoring the next item needs of the last block)."""
+        queries = slice(-1, None) if last_query_only else slice(None)
+        if last_query_only:
+            keep_mask = keep_mask[..., -1:, :]
         if self.norm == "pre":
             h = self.attention_norm(x)
-            attended, weights = self.attention(h, h, keep_mask, return_weights)
+            attended, weights = self.attention(h[:, queries], h, keep_mask, return_weights)
             inputs = AttentionInput(h, h)
-            x = x + self.dropout(attended)
+            x = x[:, queries] + self.dropout(attended)
             x = x + self.ffn(self.ffn_norm(x))
         elif self.norm == "post":
-            attended, weights = self.attention(x, x, keep_mask, return_weights)
+            attended, weights = self.attention(x[:, queries], x, keep_mask, return_weights)
             inputs = AttentionInput(x, x)
-            x = self.attention_norm(x + self.dropout(attended))
+            x = self.attention_norm(x[:, queries] + self.dropout(attended))
             x = self.ffn_norm(x + self.ffn(x))
         else:
             q = self.attention_norm(x)
-            attended, weights = self.attention(q, x, keep_mask, return_weights)
+            attended, weights = self.attention(q[:, queries], x, keep_mask, return_weights)
             inputs = AttentionInput(q, x)
-            x = self.ffn_norm(q + self.dropout(attended))
+            x = self.ffn_norm(q[:, queries] + self.dropout(attended))
             x = x + self.ffn(x)
         return x, weights, inputs
 
@@ -109,17 +118,25 @@ class TransformerEncoder(nn.Module):
         valid: torch.Tensor,
         return_attention: bool = False,
         return_layer_inputs: bool = False,
+        last_query_only: bool = False,
     ) -> EncoderOutput:
-        """``x`` (B, L, D) embedded inputs, ``valid`` (B, L) True at non-padding positions."""
+        """``x`` (B, L, D) embedded inputs, ``valid`` (B, L) True at non-padding positions.
+
+        ``last_query_only``: the hidden state of the last position only, (B, 1, D). The last
+        block then computes one query instead of L (earlier blocks still need every position,
+        as keys of the next): about half the work of a 2-block model when scoring."""
         keep_mask = attention_mask(valid, self.causal)
         attention: list[torch.Tensor] = []
         layer_inputs: list[AttentionInput] = []
-        for block in self.blocks:
-            x, weights, inputs = block(x, keep_mask, return_attention)
+        for index, block in enumerate(self.blocks):
+            last = last_query_only and index == len(self.blocks) - 1
+            x, weights, inputs = block(x, keep_mask, return_attention, last)
             if return_attention:
                 attention.append(weights)
             if return_layer_inputs:
                 layer_inputs.append(inputs)
+        if last_query_only:
+            valid = valid[:, -1:]
         hidden = self.final_norm(x) * valid.unsqueeze(-1).to(x.dtype)
         return EncoderOutput(
             hidden,

@@ -51,7 +51,7 @@ from attnsvm.rec.config import (
 from attnsvm.rec.data.sequences import EvalTask
 from attnsvm.rec.data.splits import Split, leave_one_out
 from attnsvm.rec.eval.metrics import metrics_from_topk
-from attnsvm.rec.eval.ranking import EvalResult, protocol_label, rank_topk
+from attnsvm.rec.eval.ranking import EvalResult, protocol_label, rank_topk, trim_padding
 from attnsvm.rec.eval.sampled import sampled_evaluate
 from attnsvm.rec.models import MODELS, SequentialRecommender, resolve
 from attnsvm.rec.models.knn import BASELINES
@@ -202,10 +202,15 @@ def score_function(
     """``rows → (len(rows), num_items + 1)`` next-item scores after each row's history."""
 
     def score(rows: np.ndarray) -> torch.Tensor:
-        sequences = torch.from_numpy(task.history.padded(max_len, rows)).to(device)
+        windows = task.history.padded(max_len, rows)
+        if model.padding_free:
+            windows = trim_padding(windows)
+        width = windows.shape[1]
+        sequences = torch.from_numpy(windows).to(device)
         times = None
         if task.history.times is not None:
-            times = torch.from_numpy(task.history.padded_times(max_len, rows)).to(device)
+            times = torch.from_numpy(task.history.padded_times(max_len, rows)[:, -width:])
+            times = times.to(device)
         users = torch.from_numpy(task.users[rows]).to(device)
         extras = model_inputs(model, users, times)
         with _autocast(device, bf16):
