@@ -9,12 +9,6 @@ The run directory comes from ``benchmarks/train_published.py sasrec+``. A run st
 
 from __future__ import annotations
 
-import os
-
-# One BLAS thread: on the shared 2-core machine OpenBLAS's threads spin against the other jobs
-# (a 128×128 Cholesky takes 12 ms with them, 0.5 ms without). Set before numpy is imported.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
 import argparse
 import json
 import time
