@@ -14,7 +14,11 @@ import base64
 import html
 import io
 import json
+import multiprocessing
+import os
 import re
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
@@ -251,6 +255,33 @@ def _write_bytes(path: Path, data: bytes) -> None:
     _atomic(path, lambda temporary: Path(temporary).write_bytes(data))
 
 
+def _analyse_job(job, C: float) -> HeadAnalysis:
+    view, scores, snapshots = job
+    with threadpool_limits(limits=1, user_api="blas"):
+        return analyse_head(view, scores, C=C, snapshots=snapshots)
+
+
+def _analyse_heads(jobs: list, C: float, done: Callable[[], None]) -> list[HeadAnalysis]:
+    """``analyse_head`` of every ``(view, scores, snapshots)``, in job order. Heads are
+    independent and their Att-SVM solves single-threaded, so with several cores they run in as
+    many processes (spawned, so that no forked torch or OpenMP state is inherited)."""
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers <= 1:
+        analyses = []
+        for job in jobs:
+            analyses.append(_analyse_job(job, C))
+            done()
+        return analyses
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [pool.submit(_analyse_job, job, C) for job in jobs]
+        analyses = []
+        for future in futures:
+            analyses.append(future.result())
+            done()
+    return analyses
+
+
 def write_report(run_dir, out_dir=None, sequences: int = 200, layer: int | None = None,
                  head: int | None = None, *, titles: str | Path | None = None,
                  C: float = SOFT_MARGIN_C, seed: int = 0, progress: bool = True) -> Path:
@@ -292,26 +323,24 @@ def _write_report(run_dir, out_dir, sequences: int, layer: int | None, head: int
     checkpoint_epoch = _checkpoint_epoch(run.run_dir)
     notes = [f"token scores use the true next item (the leave-one-out test target); soft-margin "
              f"C = {C} where a hard-margin Att-SVM is infeasible"]
-    analyses, images = [], {}
+    jobs = []
+    for view in views:
+        scores = {"linear": linear_scores(model64, item_seq, targets, view.layer, view.head)}
+        try:
+            scores["counterfactual"] = counterfactual_scores(
+                model64, item_seq, targets, view.layer, view.head)
+        except LensError as error:
+            if str(error) not in notes:
+                notes.append(str(error))
+        snapshots = [(epoch, W) for epoch, W in _snapshots(run.run_dir, view.layer, view.head)
+                     if checkpoint_epoch is None or epoch <= checkpoint_epoch]
+        jobs.append((view, scores, snapshots))
     with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("lens", total=len(views) * 3)  # one step per selection solved
-        for view in views:
-            scores = {"linear": linear_scores(model64, item_seq, targets, view.layer, view.head)}
-            try:
-                scores["counterfactual"] = counterfactual_scores(
-                    model64, item_seq, targets, view.layer, view.head)
-            except LensError as error:
-                if str(error) not in notes:
-                    notes.append(str(error))
-
-            def step(description: str) -> None:
-                bar.update(task, advance=1, description=description)
-
-            snapshots = [(epoch, W) for epoch, W in _snapshots(run.run_dir, view.layer, view.head)
-                         if checkpoint_epoch is None or epoch <= checkpoint_epoch]
-            analysis = analyse_head(view, scores, C=C, snapshots=snapshots, step=step)
-            analyses.append(analysis)
-            images.update(_plots(analysis, view, scores))
+        task = bar.add_task("lens: Att-SVMs per head", total=len(jobs))
+        analyses = _analyse_heads(jobs, C, lambda: bar.update(task, advance=1))
+    images = {}
+    for analysis, (view, scores, _) in zip(analyses, jobs, strict=True):
+        images.update(_plots(analysis, view, scores))
     if not (run.run_dir / "attention").is_dir():
         notes.append("no attention/ snapshots in the run directory (train with the "
                      "AttentionSnapshots callback to follow the correlation over epochs)")
