@@ -82,20 +82,28 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-class EpochClock:
-    """Wall-clock seconds of each epoch, fed by a library's own epoch-start/epoch-end hooks."""
+def lightning_epoch_timer(callback_base: type) -> type:
+    """A Lightning callback class whose ``seconds`` lists each training epoch's wall clock.
 
-    def __init__(self) -> None:
-        self.seconds: list[float] = []
-        self._start: float | None = None
+    Built on ``callback_base`` because RecTools and RePlay pin different Lightning packages
+    (``pytorch_lightning`` and ``lightning``), and this module imports neither.
+    """
 
-    def start(self) -> None:
-        self._start = time.perf_counter()
+    class EpochTimer(callback_base):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seconds: list[float] = []
+            self._start: float | None = None
 
-    def stop(self) -> None:
-        if self._start is not None:
-            self.seconds.append(time.perf_counter() - self._start)
-            self._start = None
+        def on_train_epoch_start(self, trainer, pl_module) -> None:
+            self._start = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, pl_module) -> None:
+            if self._start is not None:
+                self.seconds.append(time.perf_counter() - self._start)
+                self._start = None
+
+    return EpochTimer
 
 
 def ragged_to_matrix(lists: list[list[int]], width: int) -> np.ndarray:

@@ -29,8 +29,8 @@ import pandas as pd
 import pytorch_lightning as pl
 from _common import (
     CONFIG,
-    EpochClock,
     finish,
+    lightning_epoch_timer,
     parse_args,
     ragged_to_matrix,
     read_table,
@@ -41,16 +41,7 @@ from rectools.dataset import Dataset
 from rectools.models import SASRecModel
 from rectools.models.nn.item_net import IdEmbeddingsItemNet
 
-
-class EpochTimer(pl.Callback):
-    def __init__(self) -> None:
-        self.clock = EpochClock()
-
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self.clock.start()
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self.clock.stop()
+EpochTimer = lightning_epoch_timer(pl.Callback)
 
 
 def rectools_dataset(frame: pd.DataFrame) -> Dataset:
@@ -130,7 +121,7 @@ def main() -> None:
         {
             "library": "rectools",
             "version": __import__("rectools").__version__,
-            "epoch_seconds": fitted_timer.clock.seconds,
+            "epoch_seconds": fitted_timer.seconds,
             "fit_seconds": fit_seconds,
             "eval_seconds": eval_seconds,
             "parameters": sum(p.numel() for p in model.lightning_model.torch_model.parameters()),

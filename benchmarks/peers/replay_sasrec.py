@@ -28,7 +28,7 @@ import time
 
 import lightning as L
 import numpy as np
-from _common import CONFIG, EpochClock, finish, parse_args, read_table, use_threads
+from _common import CONFIG, finish, lightning_epoch_timer, parse_args, read_table, use_threads
 from replay.data import FeatureHint, FeatureType
 from replay.data.nn import ParquetModule, TensorFeatureInfo, TensorSchema
 from replay.nn.lightning import LightningModule
@@ -38,16 +38,7 @@ from replay.nn.lightning.postprocessor import SeenItemsFilter
 from replay.nn.sequential import SasRec
 from replay.nn.transform.template import make_default_sasrec_transforms
 
-
-class EpochTimer(L.Callback):
-    def __init__(self) -> None:
-        self.clock = EpochClock()
-
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self.clock.start()
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self.clock.stop()
+EpochTimer = lightning_epoch_timer(L.Callback)
 
 
 def sequences(frame):
@@ -167,7 +158,7 @@ def main() -> None:
         {
             "library": "replay",
             "version": __import__("replay").__version__,
-            "epoch_seconds": timer.clock.seconds,
+            "epoch_seconds": timer.seconds,
             "fit_seconds": fit_seconds,
             "eval_seconds": eval_seconds,
             "parameters": sum(p.numel() for p in network.parameters()),
