@@ -20,7 +20,7 @@ from attnsvm.rec.train import AttentionSnapshots, train
 
 def planted_run(folder: Path, *, users: int, items: int, length: int, triggers: int,
                 hidden: int, epochs: int, sequences: int, max_gap: int, lr: float = 5e-3,
-                seed: int = 0) -> dict:
+                seed: int = 0, ffn: bool = True) -> dict:
     """Train, write the lens report, and return its fractions and correlation curve.
 
     The run keeps its last epoch (``keep="last"``): the validation target of planted data is
@@ -37,7 +37,7 @@ def planted_run(folder: Path, *, users: int, items: int, length: int, triggers: 
     sequences_file.write_text("\n".join(lines) + "\n")
     config = RunConfig(
         model=ModelChoice("sasrec+", {"num_blocks": 1, "num_heads": 1, "hidden_size": hidden,
-                                      "ffn_size": hidden, "dropout": 0.0,
+                                      "ffn_size": hidden if ffn else 0, "dropout": 0.0,
                                       "attention_dropout": 0.0}),
         data=DataConfig(dataset=str(sequences_file), max_len=length - 1),
         train=TrainConfig(epochs=epochs, batch_size=64, lr=lr, keep="last", seed=seed,

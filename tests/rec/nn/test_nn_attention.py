@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask, reference_attention
-from attnsvm.rec.nn.blocks import NORM_LAYOUTS, TransformerEncoder
+from attnsvm.rec.nn.blocks import NORM_LAYOUTS, TransformerBlock, TransformerEncoder
+from attnsvm.rec.nn.ffn import PointwiseFFN
 
 
 def left_padded(lengths: list[int], length: int) -> torch.Tensor:
@@ -89,3 +90,23 @@ def test_encoder_fast_and_reference_paths_agree(norm: str) -> None:
     else:  # queries are layer-normalised
         torch.testing.assert_close(query.mean(-1), torch.zeros(2, 5, dtype=torch.float64))
     assert (query is key) == (norm != "sasrec")
+
+
+@pytest.mark.parametrize("norm", NORM_LAYOUTS)
+def test_block_without_ffn_is_attention_and_layer_norms_only(norm: str) -> None:
+    """``ffn_size = 0`` leaves the FFN out: the block equals one whose FFN outputs zero."""
+    torch.manual_seed(2)
+    without = TransformerBlock(8, 2, 0, norm=norm).double().eval()
+    zeroed = TransformerBlock(8, 2, 4, norm=norm).double().eval()
+    state = {k: v for k, v in zeroed.state_dict().items() if not k.startswith("ffn.")}
+    zeroed.load_state_dict(state | without.state_dict(), strict=False)
+    torch.nn.init.zeros_(zeroed.ffn.outer.weight)
+    torch.nn.init.zeros_(zeroed.ffn.outer.bias)
+    assert without.ffn is None
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    mask = attention_mask(left_padded([5, 3], 5), causal=True)
+    torch.testing.assert_close(without(x, mask)[0], zeroed(x, mask)[0])
+    with pytest.raises(ValueError, match="ffn_size must be ≥ 0"):
+        TransformerBlock(8, 2, -1)
+    with pytest.raises(ValueError, match="hidden size must be ≥ 1"):
+        PointwiseFFN(8, 0)

@@ -96,7 +96,7 @@ class TransformerConfig(Config):
     hidden_size: int = 64
     num_blocks: int = 2
     num_heads: int = 1
-    ffn_size: int = 64
+    ffn_size: int = 64  # 0: no FFN (blocks of attention only)
     dropout: float = 0.1
     attention_dropout: float = 0.1
     max_len: int = 200
@@ -108,11 +108,14 @@ class TransformerConfig(Config):
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
-        for name in ("hidden_size", "num_blocks", "num_heads", "ffn_size", "max_len"):
+        for name in ("hidden_size", "num_blocks", "num_heads", "max_len"):
             if getattr(self, name) < 1:
                 raise ValueError(
                     f"{type(self).__name__}.{name} must be ≥ 1, got {getattr(self, name)}"
                 )
+        if self.ffn_size < 0:
+            raise ValueError(f"{type(self).__name__}.ffn_size must be ≥ 0 (0: no FFN), "
+                             f"got {self.ffn_size}")
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"{type(self).__name__}.hidden_size {self.hidden_size} is not divisible by "

@@ -7,7 +7,9 @@ Layouts, with ``Attn(q, k)`` taking queries from q and keys/values from k:
 - ``"sasrec"`` (official SASRec code): ``q = LN x``; ``x ← q + Attn(q, x)``; ``x ← LN x``;
   ``x ← x + FFN(x)`` — only the queries are normalised before attention.
 
-"pre" and "sasrec" end with a final LayerNorm; "post" does not need one.
+"pre" and "sasrec" end with a final LayerNorm; "post" does not need one. ``ffn_size = 0``
+leaves the FFN out (``FFN(x) = 0``, the LayerNorms stay): attention followed by a linear
+readout, the model of the Att-SVM theory.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ class TransformerBlock(nn.Module):
         self.norm = norm
         self.attention = MultiHeadAttention(dim, num_heads, attention_dropout)
         self.attention_norm = nn.LayerNorm(dim)
-        self.ffn = PointwiseFFN(dim, ffn_size, activation, dropout)
+        if ffn_size < 0:
+            raise ValueError(f"ffn_size must be ≥ 0 (0: no FFN), got {ffn_size}")
+        self.ffn = PointwiseFFN(dim, ffn_size, activation, dropout) if ffn_size else None
         self.ffn_norm = nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)
 
@@ -74,19 +78,23 @@ class TransformerBlock(nn.Module):
             attended, weights = self.attention(h[:, queries], h, keep_mask, return_weights)
             inputs = AttentionInput(h, h)
             x = x[:, queries] + self.dropout(attended)
-            x = x + self.ffn(self.ffn_norm(x))
+            x = x + self.feed_forward(self.ffn_norm(x))
         elif self.norm == "post":
             attended, weights = self.attention(x[:, queries], x, keep_mask, return_weights)
             inputs = AttentionInput(x, x)
             x = self.attention_norm(x[:, queries] + self.dropout(attended))
-            x = self.ffn_norm(x + self.ffn(x))
+            x = self.ffn_norm(x + self.feed_forward(x))
         else:
             q = self.attention_norm(x)
             attended, weights = self.attention(q[:, queries], x, keep_mask, return_weights)
             inputs = AttentionInput(q, x)
             x = self.ffn_norm(q[:, queries] + self.dropout(attended))
-            x = x + self.ffn(x)
+            x = x + self.feed_forward(x)
         return x, weights, inputs
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``FFN(x)``, zero when the block has none."""
+        return self.ffn(x) if self.ffn is not None else torch.zeros_like(x)
 
 
 class TransformerEncoder(nn.Module):

@@ -13,6 +13,8 @@ class PointwiseFFN(nn.Module):
 
     def __init__(self, dim: int, hidden: int, activation: str = "relu", dropout: float = 0.0):
         super().__init__()
+        if hidden < 1:
+            raise ValueError(f"the FFN's hidden size must be ≥ 1, got {hidden}")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
         self.inner = nn.Linear(dim, hidden)
