@@ -72,6 +72,9 @@ class TrainConfig:
     sam_rho: float = 0.05  # SAM neighbourhood radius ρ (with optimizer = "sam")
     steps_per_epoch: int | None = None  # cap on batches per epoch (gSASRec style); None: all
     num_threads: int | None = None  # torch intra-op threads; None: torch's default
+    # padding-free models: each batch runs as this many groups of rows of similar length, each
+    # without the padding its rows share (the same gradient, ~30 % less work on ML-1M)
+    length_groups: int = 4
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,7 @@ def validate(config: RunConfig, source: str = "config") -> None:
         raise ConfigError(f"{source}: train.keep must be 'best' or 'last'")
     if train.optimizer not in OPTIMIZERS:
         raise ConfigError(f"{source}: train.optimizer must be one of {OPTIMIZERS}")
-    for name in ("epochs", "batch_size", "patience"):
+    for name in ("epochs", "batch_size", "patience", "length_groups"):
         if getattr(train, name) < 1:
             raise ConfigError(f"{source}: train.{name} must be ≥ 1")
     if train.lr <= 0 or train.weight_decay < 0 or train.warmup_steps < 0:

@@ -160,3 +160,38 @@ def test_demo_learns_the_planted_structure(tmp_path):
     torch.set_num_threads(2)
     run_dir, metrics = demo_train(tmp_path, show_progress=False)
     assert metrics["HR@10"] > 0.3 and (run_dir / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [LossConfig(name="ce"), LossConfig(name="bce", num_negatives=3),
+     LossConfig(name="sampled_softmax", num_negatives=5)],
+    ids=lambda loss: loss.name,
+)
+def test_length_groups_take_the_same_step_as_the_whole_batch(walks, loss):
+    """Rows grouped by length, each group without its shared padding, give the whole padded
+    batch's loss and gradient (no dropout: its masks depend on the shapes; no clipping, which
+    would hide a scale), for per-position negatives too (each group gets its own positions'
+    negatives)."""
+    from attnsvm.rec.train import distributed
+    from attnsvm.rec.train.trainer import _Loop, build, load_split
+
+    losses, gradients = {}, {}
+    for groups in (1, 4):
+        config = tiny_config(walks, model="sasrec", dropout=0.0, loss=loss)
+        config = dataclasses.replace(
+            config, train=dataclasses.replace(config.train, length_groups=groups, grad_clip=None))
+        split = load_split(config.data)
+        torch.manual_seed(0)
+        model = build(config, split.num_items)
+        loop = _Loop(config, split, model, distributed.Context())
+        pieces = loop._length_groups(torch.from_numpy(np.array([[0, 0, 1, 2], [3, 4, 5, 6]])))
+        assert len(pieces) == (1 if groups == 1 else 2)
+        losses[groups] = loop.train_step(np.arange(len(loop.examples)), loop.begin_epoch(1))
+        gradients[groups] = {name: p.grad.clone() for name, p in model.named_parameters()}
+    widths = [(w, len(rows)) for rows, w in pieces]
+    assert widths == [(2, 1), (4, 1)]
+    assert losses[4] == pytest.approx(losses[1], rel=1e-6)
+    for name, gradient in gradients[1].items():
+        assert gradient.abs().sum() > 0 or name.startswith("items.position"), name
+        torch.testing.assert_close(gradients[4][name], gradient, atol=1e-7, rtol=1e-5, msg=name)

@@ -408,32 +408,50 @@ class _Loop:
             negatives = negatives[before : before + count].to(device)
         item_log_q = self.log_q.to(device) if self.log_q is not None else None
         times = batch.times[owned].to(device) if batch.times is not None else None
-        extras = model_inputs(self.model, batch.users[owned].to(device), times)
+        users = batch.users[owned].to(device)
 
-        def loss_of_hidden(hidden: torch.Tensor) -> torch.Tensor:
-            hidden = hidden[local_mask] if per_position else hidden[:, -1]
-            positives = targets[local_mask] if per_position else targets
-            if not count:
+        # flat index of each target position into the per-position negatives
+        flat = torch.cumsum(local_mask.reshape(-1), 0).view_as(local_mask) - 1
+
+        def loss_of_hidden(hidden: torch.Tensor, rows=slice(None), width: int | None = None):
+            """This batch's loss share from the hidden states of ``inputs[rows][:, -width:]``
+            (all rows and columns by default)."""
+            columns = slice(None) if width is None else slice(-width, None)
+            mask = local_mask[rows][:, columns] if per_position else local_mask[rows]
+            group = int(mask.sum())
+            if not group:
                 return hidden.sum() * 0.0
+            hidden = hidden[mask] if per_position else hidden[:, -1]
+            positives = targets[rows][:, columns][mask] if per_position else targets[rows]
+            group_negatives = negatives
+            if negatives is not None and negatives.ndim == 2:
+                group_negatives = negatives[flat[rows][:, columns][mask] if per_position
+                                            else flat[rows]]
             loss = self.loss.compute(
                 hidden,
                 positives,
                 self.model.output_embedding(),
                 self.model.output_bias(),
-                negatives,
+                group_negatives,
                 item_log_q,
             )
-            # shares of the global mean: summing gradients over processes gives its gradient
-            # whatever the number of processes
-            return loss * (count / total)
+            # shares of the global mean: summing gradients over groups and processes gives its
+            # gradient whatever the number of groups and processes
+            return loss * (group / total)
 
         def closure() -> float:
             self.optimizer.zero_grad(set_to_none=False)
-            with _autocast(device, self.config.train.bf16):
-                loss = loss_of_hidden(self.train_model(inputs, **extras))
-            loss.backward()
+            value = 0.0
+            for rows, width in self._length_groups(inputs):
+                extras = model_inputs(self.model, users[rows],
+                                      None if times is None else times[rows][:, -width:])
+                with _autocast(device, self.config.train.bf16):
+                    hidden = self.train_model(inputs[rows][:, -width:], **extras)
+                    loss = loss_of_hidden(hidden, rows, width)
+                loss.backward()
+                value += float(loss.detach())
             distributed.all_reduce_gradients(self.model, self.context)
-            value = distributed.sum_scalar(float(loss.detach()), self.context)
+            value = distributed.sum_scalar(value, self.context)
             if not math.isfinite(value):
                 raise TrainingError(
                     f"training loss became {value} at epoch {self.epoch + 1}, step "
@@ -452,6 +470,19 @@ class _Loop:
         self.scheduler.step()
         self.step += 1
         return float(value)
+
+    def _length_groups(self, inputs: torch.Tensor) -> list[tuple[torch.Tensor | slice, int]]:
+        """``(rows, width)`` pieces of a left-padded batch: for a padding-free model, up to
+        ``train.length_groups`` groups of rows of similar length, each cut to its longest row
+        (the columns cut are padding in all of its rows); otherwise the whole batch."""
+        width = inputs.shape[1]
+        groups = min(self.config.train.length_groups, len(inputs))
+        if not self.model.padding_free or groups < 2:
+            return [(slice(None), width)]
+        lengths = (inputs != 0).sum(dim=1)
+        order = torch.argsort(lengths, stable=True)
+        return [(rows, max(1, int(lengths[rows[-1]])))
+                for rows in torch.tensor_split(order, groups)]
 
     # -- one epoch ------------------------------------------------------------------------
 
