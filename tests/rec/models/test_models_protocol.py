@@ -241,3 +241,12 @@ def test_presets_carry_their_losses() -> None:
 def test_parameter_count_matches_the_reference_sasrec() -> None:
     """282,048 parameters for d = 64, 2 blocks, 3,416 items, len 200, as in peers.md."""
     assert sum(p.numel() for p in build_model("sasrec+", 3416).parameters()) == 282_048
+
+
+def test_ffn_size_zero_only_where_the_blocks_can_drop_the_ffn():
+    model = build_model("sasrec", 30, **(SMALL | {"ffn_size": 0}))
+    assert model.encoder.blocks[0].ffn is None
+    with pytest.raises(ValueError, match=r"BSARecConfig.ffn_size must be ≥ 1"):
+        build_model("bsarec", 30, ffn_size=0)
+    with pytest.raises(ValueError, match=r"SASRecConfig.ffn_size must be ≥ 0 \(0: no FFN\)"):
+        build_model("sasrec", 30, ffn_size=-1)

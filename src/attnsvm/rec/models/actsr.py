@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,7 @@ STREAMS = ("calibrated", "perturbed")
 
 @dataclass(frozen=True)
 class ACTSRConfig(TransformerConfig):
+    ffn_optional: ClassVar[bool] = False  # its own FFN is always there
     num_blocks: int = 3
     num_heads: int = 4
     ffn_size: int = 128

@@ -96,7 +96,7 @@ class TransformerConfig(Config):
     hidden_size: int = 64
     num_blocks: int = 2
     num_heads: int = 1
-    ffn_size: int = 64  # 0: no FFN (blocks of attention only)
+    ffn_size: int = 64  # 0: no FFN (blocks of attention only), where ``ffn_optional``
     dropout: float = 0.1
     attention_dropout: float = 0.1
     max_len: int = 200
@@ -106,6 +106,8 @@ class TransformerConfig(Config):
     scale_embeddings: bool = True  # multiply item embeddings by √hidden_size (official SASRec)
     separate_output_embedding: bool = False
     init_std: float = 0.02
+    #: the model's blocks can leave the FFN out (``ffn_size = 0``): those of ``TransformerEncoder``
+    ffn_optional: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_blocks", "num_heads", "max_len"):
@@ -113,9 +115,10 @@ class TransformerConfig(Config):
                 raise ValueError(
                     f"{type(self).__name__}.{name} must be ≥ 1, got {getattr(self, name)}"
                 )
-        if self.ffn_size < 0:
-            raise ValueError(f"{type(self).__name__}.ffn_size must be ≥ 0 (0: no FFN), "
-                             f"got {self.ffn_size}")
+        smallest = 0 if self.ffn_optional else 1
+        if self.ffn_size < smallest:
+            raise ValueError(f"{type(self).__name__}.ffn_size must be ≥ {smallest}"
+                             f"{' (0: no FFN)' if self.ffn_optional else ''}, got {self.ffn_size}")
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"{type(self).__name__}.hidden_size {self.hidden_size} is not divisible by "

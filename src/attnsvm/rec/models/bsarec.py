@@ -22,6 +22,7 @@ Defaults are the official Beauty run (``BSARec_Beauty_best.log``): α = 0.7, c =
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -34,6 +35,7 @@ from attnsvm.rec.nn.ffn import PointwiseFFN
 
 @dataclass(frozen=True)
 class BSARecConfig(TransformerConfig):
+    ffn_optional: ClassVar[bool] = False  # its own FFN is always there
     ffn_size: int = 256
     dropout: float = 0.5
     attention_dropout: float = 0.5

@@ -23,6 +23,7 @@ precision (tested).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,7 @@ from attnsvm.rec.nn.ffn import PointwiseFFN
 
 @dataclass(frozen=True)
 class ConvFormerConfig(TransformerConfig):
+    ffn_optional: ClassVar[bool] = False  # its own FFN is always there
     ffn_size: int = 256
     dropout: float = 0.5
     attention_dropout: float = 0.0  # unused: there is no attention

@@ -23,6 +23,7 @@ yoochoose). The output is one token, so the model trains on last-position target
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -36,6 +37,7 @@ from attnsvm.rec.nn.ffn import PointwiseFFN
 
 @dataclass(frozen=True)
 class STRecConfig(TransformerConfig):
+    ffn_optional: ClassVar[bool] = False  # its own FFN is always there
     num_blocks: int = 3
     max_len: int = 50
     norm: str = "post"
