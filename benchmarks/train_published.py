@@ -56,6 +56,18 @@ RUNS: dict[str, tuple[RunConfig, tuple[float, float], str]] = {
         (0.3152, 0.1821),
         "K&V README, SASRec+ full CE",
     ),
+    # the same with K&V's position embedding: their SASRec (after pmixer/SASRec.pytorch) pads
+    # on the right and numbers positions from the window's first item
+    "sasrec+from-start": (
+        RunConfig(
+            ModelChoice("sasrec+", TRANSFORMER | {"position": "learned_from_start"}),
+            DataConfig("ml-1m", max_len=200),
+            LossConfig(name="ce"),
+            KV_TRAIN,
+        ),
+        (0.3152, 0.1821),
+        "K&V README, SASRec+ full CE",
+    ),
     # gSASRec-pytorch config_ml1m.py: d=128, dropout 0.5, 256 negatives, t=0.75, batch 128,
     # at most 256 batches per epoch, early stopping patience 200 epochs
     "gsasrec": (

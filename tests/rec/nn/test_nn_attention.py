@@ -110,3 +110,21 @@ def test_block_without_ffn_is_attention_and_layer_norms_only(norm: str) -> None:
         TransformerBlock(8, 2, -1)
     with pytest.raises(ValueError, match="hidden size must be ≥ 1"):
         PointwiseFFN(8, 0)
+
+
+def test_positions_from_the_start_ignore_left_padding() -> None:
+    """``learned_from_start``: the window's first item gets position 0 however much padding
+    precedes it, so a padded and an unpadded copy embed the same; ``learned`` counts from the
+    right end instead."""
+    from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
+
+    torch.manual_seed(0)
+    items = ItemEmbedding(10, 8)
+    start = SequenceEmbedding(items, max_len=6, position="learned_from_start").eval()
+    right = SequenceEmbedding(items, max_len=6, position="learned").eval()
+    short, padded = torch.tensor([[3, 4, 5]]), torch.tensor([[0, 0, 3, 4, 5]])
+    torch.testing.assert_close(start(padded)[:, 2:], start(short))
+    item = items(torch.tensor([3, 5]))
+    torch.testing.assert_close(start(short)[0, 0], item[0] + start.position.weight[0])
+    torch.testing.assert_close(right(short)[0, -1], item[1] + right.position.weight[5])
+    assert torch.all(start(padded)[:, :2] == 0)

@@ -68,6 +68,9 @@ class SSEPT(SequentialRecommender):
         self.items = ItemEmbedding(num_items, dim - user_size)
         self.users = nn.Embedding(config.num_users + 1, user_size)  # row 0: unknown user
         self.candidate_user_part = nn.Parameter(torch.zeros(user_size))
+        if config.position == "learned_from_start":
+            raise ValueError("SSEPTConfig.position: 'learned_from_start' is not implemented for "
+                             "SSE-PT; use 'learned' or 'none'")
         self.position = nn.Embedding(config.max_len, dim) if config.position == "learned" else None
         self.item_sse = StochasticSharedEmbedding(num_items, config.item_sse)
         self.user_sse = StochasticSharedEmbedding(config.num_users, config.user_sse)

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-POSITION_KINDS = ("learned", "none")
+POSITION_KINDS = ("learned", "learned_from_start", "none")
 
 
 class ItemEmbedding(nn.Module):
@@ -46,8 +46,11 @@ class ItemEmbedding(nn.Module):
 class SequenceEmbedding(nn.Module):
     """``x_t = dropout(LN?(item(s_t) · (√d if scaled) + p_t))``, zero at padding positions.
 
-    Positions are counted from the right: the most recent item always gets position
+    ``"learned"`` counts positions from the right: the most recent item always gets position
     ``max_len − 1``, whatever the sequence length, because sequences are left-padded.
+    ``"learned_from_start"`` counts them from the window's first item (position 0), as the
+    right-padded official SASRec code and K&V's do: the most recent item's position is then the
+    window's length − 1. Both ignore how much padding precedes the items.
     """
 
     def __init__(
@@ -65,7 +68,8 @@ class SequenceEmbedding(nn.Module):
         dim = items.input.embedding_dim
         self.items = items
         self.max_len = max_len
-        self.position = nn.Embedding(max_len, dim) if position == "learned" else None
+        self.position = nn.Embedding(max_len, dim) if position != "none" else None
+        self.from_start = position == "learned_from_start"
         self.scale = math.sqrt(dim) if scale else 1.0
         self.norm = nn.LayerNorm(dim) if layer_norm else None
         self.dropout = nn.Dropout(dropout)
@@ -75,7 +79,10 @@ class SequenceEmbedding(nn.Module):
         x = self.items(item_seq)
         if self.scale != 1.0:
             x = x * self.scale
-        if self.position is not None:
+        if self.from_start:
+            index = ((item_seq != 0).cumsum(dim=1) - 1).clamp(min=0)
+            x = x + self.position(index)
+        elif self.position is not None:
             x = x + self.position.weight[self.max_len - length :]
         if self.norm is not None:
             x = self.norm(x)
