@@ -81,6 +81,32 @@ RUNS: dict[str, tuple[RunConfig, tuple[float, float], str]] = {
         (0.3152, 0.1821),
         "K&V README, SASRec+ full CE",
     ),
+    # K&V's attention as their code builds it (torch.nn.MultiheadAttention in the pmixer
+    # port): Glorot-uniform Q/K/V projections and no dropout on the attention output
+    "sasrec+kv-attention": (
+        RunConfig(
+            ModelChoice(
+                "sasrec+",
+                TRANSFORMER | {"attention_init": "xavier", "attention_output_dropout": False},
+            ),
+            DataConfig("ml-1m", max_len=200),
+            LossConfig(name="ce"),
+            KV_TRAIN,
+        ),
+        (0.3152, 0.1821),
+        "K&V README, SASRec+ full CE",
+    ),
+    # the Glorot-uniform Q/K/V initialisation alone
+    "sasrec+xavier": (
+        RunConfig(
+            ModelChoice("sasrec+", TRANSFORMER | {"attention_init": "xavier"}),
+            DataConfig("ml-1m", max_len=200),
+            LossConfig(name="ce"),
+            KV_TRAIN,
+        ),
+        (0.3152, 0.1821),
+        "K&V README, SASRec+ full CE",
+    ),
     # gSASRec-pytorch config_ml1m.py: d=128, dropout 0.5, 256 negatives, t=0.75, batch 128,
     # at most 256 batches per epoch, early stopping patience 200 epochs
     "gsasrec": (

@@ -39,6 +39,7 @@ from attnsvm.rec.nn.embedding import POSITION_KINDS, ItemEmbedding, SequenceEmbe
 from attnsvm.rec.nn.ffn import ACTIVATIONS
 
 OBJECTIVES = ("causal", "cloze", "last")
+ATTENTION_INITS = ("normal", "xavier")
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,10 @@ class TransformerConfig(Config):
     scale_embeddings: bool = True  # multiply item embeddings by √hidden_size (official SASRec)
     separate_output_embedding: bool = False
     init_std: float = 0.02
+    #: Q/K/V projections: "normal" (Normal(0, init_std), like every other weight) or "xavier"
+    #: (Glorot-uniform, as the official TF SASRec's dense layers and torch's MultiheadAttention in
+    #: the pmixer / K&V PyTorch ports: attention logits start ~5x larger and learn faster)
+    attention_init: str = "normal"
     #: the model's blocks can leave the FFN out (``ffn_size = 0``): those of ``TransformerEncoder``
     ffn_optional: ClassVar[bool] = True
 
@@ -129,6 +134,7 @@ class TransformerConfig(Config):
         self._choice("norm", NORM_LAYOUTS)
         self._choice("activation", tuple(ACTIVATIONS))
         self._choice("position", POSITION_KINDS)
+        self._choice("attention_init", ATTENTION_INITS)
         if self.init_std <= 0:
             raise ValueError(f"{type(self).__name__}.init_std must be > 0, got {self.init_std}")
 
@@ -227,7 +233,8 @@ class SequentialRecommender(nn.Module):
         )
 
     def init_weights(self) -> None:
-        """Normal(0, init_std) for linear and embedding weights, zero biases and padding rows."""
+        """Normal(0, init_std) for linear and embedding weights, zero biases and padding rows;
+        Glorot-uniform Q/K/V projections if ``attention_init == "xavier"``."""
         std = self.config.init_std
         for module in self.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
@@ -237,6 +244,10 @@ class SequentialRecommender(nn.Module):
             if isinstance(module, nn.Embedding) and module.padding_idx is not None:
                 with torch.no_grad():
                     module.weight[module.padding_idx].zero_()
+        if self.config.attention_init == "xavier":
+            for attention in self.attention_modules():
+                for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
+                    nn.init.xavier_uniform_(projection.weight)
 
     def check_input(self, item_seq: torch.Tensor) -> None:
         if item_seq.ndim != 2 or item_seq.dtype != torch.long:

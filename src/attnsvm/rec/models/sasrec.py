@@ -23,7 +23,11 @@ from attnsvm.rec.nn.blocks import EncoderOutput, TransformerEncoder
 
 @dataclass(frozen=True)
 class SASRecConfig(TransformerConfig):
-    """SASRec uses the ``TransformerConfig`` defaults unchanged (see the module docstring)."""
+    """The ``TransformerConfig`` defaults (see the module docstring), plus one switch."""
+
+    #: dropout on the attention output before the residual add; the official SASRec codes (TF,
+    #: pmixer, K&V) have none there, only on the attention weights
+    attention_output_dropout: bool = True
 
 
 class SASRec(SequentialRecommender):
@@ -45,6 +49,7 @@ class SASRec(SequentialRecommender):
             attention_dropout=config.attention_dropout,
             activation=config.activation,
             norm=config.norm,
+            attention_output_dropout=config.attention_output_dropout,
         )
         self.init_weights()
 

@@ -48,6 +48,7 @@ class TransformerBlock(nn.Module):
         attention_dropout: float = 0.0,
         activation: str = "relu",
         norm: str = "pre",
+        attention_output_dropout: bool = True,
     ) -> None:
         super().__init__()
         if norm not in NORM_LAYOUTS:
@@ -59,7 +60,7 @@ class TransformerBlock(nn.Module):
             raise ValueError(f"ffn_size must be ≥ 0 (0: no FFN), got {ffn_size}")
         self.ffn = PointwiseFFN(dim, ffn_size, activation, dropout) if ffn_size else None
         self.ffn_norm = nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout if attention_output_dropout else 0.0)
 
     def forward(
         self,
@@ -111,11 +112,15 @@ class TransformerEncoder(nn.Module):
         attention_dropout: float = 0.0,
         activation: str = "relu",
         norm: str = "pre",
+        attention_output_dropout: bool = True,
     ) -> None:
         super().__init__()
         self.causal = causal
         self.blocks = nn.ModuleList(
-            TransformerBlock(dim, num_heads, ffn_size, dropout, attention_dropout, activation, norm)
+            TransformerBlock(
+                dim, num_heads, ffn_size, dropout, attention_dropout, activation, norm,
+                attention_output_dropout,
+            )
             for _ in range(num_blocks)
         )
         self.final_norm = nn.LayerNorm(dim) if norm != "post" else nn.Identity()
