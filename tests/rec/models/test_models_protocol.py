@@ -174,6 +174,28 @@ def test_embedding_scaling_and_separate_output_table() -> None:
     assert build_model("sasrec", NUM_ITEMS, position="none").embed.position is None
 
 
+def test_attention_initialisation_and_output_dropout_switches() -> None:
+    torch.manual_seed(0)
+    normal = build_model("sasrec", NUM_ITEMS)  # d = 64
+    torch.manual_seed(0)
+    xavier = build_model(
+        "sasrec", NUM_ITEMS, attention_init="xavier", attention_output_dropout=False
+    )
+    for a, b in zip(normal.attention_modules(), xavier.attention_modules(), strict=True):
+        for name in ("q_proj", "k_proj", "v_proj"):
+            assert getattr(a, name).weight.std().item() == pytest.approx(0.02, rel=0.1)
+            # Glorot-uniform on a 64 × 64 matrix: bound √(6/128), std = bound / √3 = 0.125
+            assert getattr(b, name).weight.std().item() == pytest.approx(0.125, rel=0.1)
+            assert getattr(b, name).bias.abs().max().item() == 0.0
+        # the output projection keeps the Normal(0, init_std) of every other weight
+        assert b.out_proj.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert all(block.dropout.p == 0.1 for block in normal.encoder.blocks)
+    assert all(block.dropout.p == 0.0 for block in xavier.encoder.blocks)
+    assert xavier.encoder.blocks[0].attention.dropout == 0.1  # attention weights keep theirs
+    with pytest.raises(ValueError, match=r"SASRecConfig\.attention_init must be one of"):
+        build_model("sasrec", NUM_ITEMS, attention_init="orthogonal")
+
+
 @pytest.mark.parametrize("config_class", [SASRecConfig, BERT4RecConfig, LossConfig])
 def test_configs_round_trip(config_class) -> None:
     config = config_class()
