@@ -179,7 +179,7 @@ def test_attention_initialisation_and_output_dropout_switches() -> None:
     normal = build_model("sasrec", NUM_ITEMS)  # d = 64
     torch.manual_seed(0)
     xavier = build_model(
-        "sasrec", NUM_ITEMS, attention_init="xavier", attention_output_dropout=False
+        "sasrec", NUM_ITEMS, init="xavier_attention", attention_output_dropout=False
     )
     for a, b in zip(normal.attention_modules(), xavier.attention_modules(), strict=True):
         for name in ("q_proj", "k_proj", "v_proj"):
@@ -192,8 +192,16 @@ def test_attention_initialisation_and_output_dropout_switches() -> None:
     assert all(block.dropout.p == 0.1 for block in normal.encoder.blocks)
     assert all(block.dropout.p == 0.0 for block in xavier.encoder.blocks)
     assert xavier.encoder.blocks[0].attention.dropout == 0.1  # attention weights keep theirs
-    with pytest.raises(ValueError, match=r"SASRecConfig\.attention_init must be one of"):
-        build_model("sasrec", NUM_ITEMS, attention_init="orthogonal")
+    # RecTools' init: Glorot-normal for every matrix, e.g. the (51, 64) item table
+    rectools = build_model("sasrec", NUM_ITEMS, init="xavier_normal")
+    assert rectools.items.input.weight[1:].std().item() == pytest.approx(
+        (2 / (NUM_ITEMS + 1 + 64)) ** 0.5, rel=0.15
+    )
+    assert rectools.encoder.blocks[0].ffn.inner.weight.std().item() == pytest.approx(
+        (2 / 128) ** 0.5, rel=0.1
+    )
+    with pytest.raises(ValueError, match=r"SASRecConfig\.init must be one of"):
+        build_model("sasrec", NUM_ITEMS, init="orthogonal")
 
 
 @pytest.mark.parametrize("config_class", [SASRecConfig, BERT4RecConfig, LossConfig])

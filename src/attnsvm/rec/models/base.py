@@ -39,7 +39,7 @@ from attnsvm.rec.nn.embedding import POSITION_KINDS, ItemEmbedding, SequenceEmbe
 from attnsvm.rec.nn.ffn import ACTIVATIONS
 
 OBJECTIVES = ("causal", "cloze", "last")
-ATTENTION_INITS = ("normal", "xavier")
+INITS = ("normal", "xavier_attention", "xavier_normal")
 
 
 @dataclass(frozen=True)
@@ -107,10 +107,11 @@ class TransformerConfig(Config):
     scale_embeddings: bool = True  # multiply item embeddings by √hidden_size (official SASRec)
     separate_output_embedding: bool = False
     init_std: float = 0.02
-    #: Q/K/V projections: "normal" (Normal(0, init_std), like every other weight) or "xavier"
-    #: (Glorot-uniform, as the official TF SASRec's dense layers and torch's MultiheadAttention in
-    #: the pmixer / K&V PyTorch ports: attention logits start ~5x larger and learn faster)
-    attention_init: str = "normal"
+    #: "normal": Normal(0, init_std) for every linear and embedding weight; "xavier_attention":
+    #: the same but Glorot-uniform Q/K/V projections, as the official TF SASRec's dense layers
+    #: and torch's MultiheadAttention in the pmixer / K&V ports (attention logits start ~5x
+    #: larger); "xavier_normal": Glorot-normal for every matrix, RecTools' init (init_std unused)
+    init: str = "normal"
     #: the model's blocks can leave the FFN out (``ffn_size = 0``): those of ``TransformerEncoder``
     ffn_optional: ClassVar[bool] = True
 
@@ -134,7 +135,7 @@ class TransformerConfig(Config):
         self._choice("norm", NORM_LAYOUTS)
         self._choice("activation", tuple(ACTIVATIONS))
         self._choice("position", POSITION_KINDS)
-        self._choice("attention_init", ATTENTION_INITS)
+        self._choice("init", INITS)
         if self.init_std <= 0:
             raise ValueError(f"{type(self).__name__}.init_std must be > 0, got {self.init_std}")
 
@@ -233,18 +234,20 @@ class SequentialRecommender(nn.Module):
         )
 
     def init_weights(self) -> None:
-        """Normal(0, init_std) for linear and embedding weights, zero biases and padding rows;
-        Glorot-uniform Q/K/V projections if ``attention_init == "xavier"``."""
+        """Linear and embedding weights as ``config.init`` says, zero biases and padding rows."""
         std = self.config.init_std
         for module in self.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
-                nn.init.normal_(module.weight, std=std)
+                if self.config.init == "xavier_normal":
+                    nn.init.xavier_normal_(module.weight)
+                else:
+                    nn.init.normal_(module.weight, std=std)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
             if isinstance(module, nn.Embedding) and module.padding_idx is not None:
                 with torch.no_grad():
                     module.weight[module.padding_idx].zero_()
-        if self.config.attention_init == "xavier":
+        if self.config.init == "xavier_attention":
             for attention in self.attention_modules():
                 for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
                     nn.init.xavier_uniform_(projection.weight)
