@@ -31,88 +31,78 @@ TRANSFORMER = {
     "dropout": 0.1,
     "attention_dropout": 0.1,
 }
+# the official codes' attention (TF SASRec; torch.nn.MultiheadAttention in the pmixer and K&V
+# ports): Glorot-uniform Q/K/V and no dropout on the attention output (the defaults are
+# Normal(0, 0.02) Q/K/V and dropout there)
+KV_ATTENTION = {"init": "xavier_attention", "attention_output_dropout": False}
+# RecTools' SASRecModel defaults, which transformer_benchmark ran: Glorot-normal init of every
+# matrix, no √d embedding scale, no dropout on the attention output
+RECTOOLS = {"init": "xavier_normal", "scale_embeddings": False, "attention_output_dropout": False}
 
 # Klenitskiy & Vasilev 2023 (antklen/sasrec-bert4rec-recsys23 src/configs): Adam lr 1e-3,
 # batch 128, up to 100 epochs, patience 10 on validation NDCG@10, no gradient clipping.
 KV_TRAIN = TrainConfig(epochs=100, batch_size=128, lr=1e-3, patience=10, grad_clip=None, seed=0)
+KV_SASREC_PLUS = ((0.3152, 0.1821), "K&V README, SASRec+ full CE")
+ML1M = DataConfig("ml-1m", max_len=200)
+
+
+def sasrec_plus(model: dict) -> RunConfig:
+    return RunConfig(ModelChoice("sasrec+", TRANSFORMER | model), ML1M, LossConfig(name="ce"),
+                     KV_TRAIN)
+
+
+def beauty_sampled_softmax(model: dict) -> RunConfig:
+    """transformer_benchmark configs/paper/loo/s3_vanilla.yaml: 1 block, 1 head, dropout 0.2,
+    len 50, sampled softmax with 256 uniform negatives, lr 1e-3, batch 128, up to 200 epochs."""
+    dims = {"hidden_size": 256, "ffn_size": 256}
+    return RunConfig(
+        ModelChoice("sasrec", dims | {"num_blocks": 1, "num_heads": 1, "dropout": 0.2,
+                                      "attention_dropout": 0.2} | model),
+        DataConfig("beauty", max_len=50),
+        LossConfig(name="sampled_softmax", num_negatives=256),
+        TrainConfig(epochs=200, batch_size=128, lr=1e-3, patience=10, grad_clip=None, seed=0),
+    )
+
+
+TRANSFORMER_BENCHMARK = ((0.0921, 0.0531), "transformer_benchmark README, S3-Beauty")
 
 RUNS: dict[str, tuple[RunConfig, tuple[float, float], str]] = {
     "sasrec": (
-        RunConfig(
-            ModelChoice("sasrec", TRANSFORMER),
-            DataConfig("ml-1m", max_len=200),
-            LossConfig(name="bce", num_negatives=1),
-            KV_TRAIN,
-        ),
+        RunConfig(ModelChoice("sasrec", TRANSFORMER), ML1M,
+                  LossConfig(name="bce", num_negatives=1), KV_TRAIN),
         (0.2500, 0.1341),
         "K&V README, SASRec BCE 1 negative",
     ),
-    "sasrec+": (
-        RunConfig(
-            ModelChoice("sasrec+", TRANSFORMER),
-            DataConfig("ml-1m", max_len=200),
-            LossConfig(name="ce"),
-            KV_TRAIN,
-        ),
-        (0.3152, 0.1821),
-        "K&V README, SASRec+ full CE",
+    "sasrec-kv-attention": (
+        RunConfig(ModelChoice("sasrec", TRANSFORMER | KV_ATTENTION), ML1M,
+                  LossConfig(name="bce", num_negatives=1), KV_TRAIN),
+        (0.2500, 0.1341),
+        "K&V README, SASRec BCE 1 negative",
     ),
-    # the same with K&V's position embedding: their SASRec (after pmixer/SASRec.pytorch) pads
-    # on the right and numbers positions from the window's first item
+    "sasrec+": (sasrec_plus({}), *KV_SASREC_PLUS),
+    "sasrec+kv-attention": (sasrec_plus(KV_ATTENTION), *KV_SASREC_PLUS),
+    # the Glorot-uniform Q/K/V alone, with dropout on the attention output kept
+    "sasrec+xavier": (
+        sasrec_plus({"init": "xavier_attention"}),
+        *KV_SASREC_PLUS,
+    ),
+    # K&V's position numbering: their SASRec (after pmixer/SASRec.pytorch) pads on the right
+    # and numbers positions from the window's first item
     "sasrec+from-start": (
-        RunConfig(
-            ModelChoice("sasrec+", TRANSFORMER | {"position": "learned_from_start"}),
-            DataConfig("ml-1m", max_len=200),
-            LossConfig(name="ce"),
-            KV_TRAIN,
-        ),
-        (0.3152, 0.1821),
-        "K&V README, SASRec+ full CE",
+        sasrec_plus({"position": "learned_from_start"}), *KV_SASREC_PLUS
     ),
     # K&V's optimiser exactly: torch.optim.Adam with its default betas (0.9, 0.999) (their
-    # src/modules.py); the rows above use the trainer's default betas (0.9, 0.98)
+    # src/modules.py); the trainer's default betas are (0.9, 0.98)
     "sasrec+adam": (
-        RunConfig(
-            ModelChoice("sasrec+", TRANSFORMER),
-            DataConfig("ml-1m", max_len=200),
-            LossConfig(name="ce"),
-            replace(KV_TRAIN, betas=(0.9, 0.999)),
-        ),
-        (0.3152, 0.1821),
-        "K&V README, SASRec+ full CE",
-    ),
-    # K&V's attention as their code builds it (torch.nn.MultiheadAttention in the pmixer
-    # port): Glorot-uniform Q/K/V projections and no dropout on the attention output
-    "sasrec+kv-attention": (
-        RunConfig(
-            ModelChoice(
-                "sasrec+",
-                TRANSFORMER | {"init": "xavier_attention", "attention_output_dropout": False},
-            ),
-            DataConfig("ml-1m", max_len=200),
-            LossConfig(name="ce"),
-            KV_TRAIN,
-        ),
-        (0.3152, 0.1821),
-        "K&V README, SASRec+ full CE",
-    ),
-    # the Glorot-uniform Q/K/V initialisation alone
-    "sasrec+xavier": (
-        RunConfig(
-            ModelChoice("sasrec+", TRANSFORMER | {"init": "xavier_attention"}),
-            DataConfig("ml-1m", max_len=200),
-            LossConfig(name="ce"),
-            KV_TRAIN,
-        ),
-        (0.3152, 0.1821),
-        "K&V README, SASRec+ full CE",
+        replace(sasrec_plus({}), train=replace(KV_TRAIN, betas=(0.9, 0.999))),
+        *KV_SASREC_PLUS,
     ),
     # gSASRec-pytorch config_ml1m.py: d=128, dropout 0.5, 256 negatives, t=0.75, batch 128,
     # at most 256 batches per epoch, early stopping patience 200 epochs
     "gsasrec": (
         RunConfig(
             ModelChoice("gsasrec"),
-            DataConfig("ml-1m", max_len=200),
+            ML1M,
             LossConfig(name="gbce", num_negatives=256, gbce_t=0.75),
             TrainConfig(
                 epochs=10000,
@@ -131,59 +121,19 @@ RUNS: dict[str, tuple[RunConfig, tuple[float, float], str]] = {
     "bert4rec": (
         RunConfig(
             ModelChoice("bert4rec", {"dropout": 0.1, "attention_dropout": 0.1}),
-            DataConfig("ml-1m", max_len=200),
+            ML1M,
             LossConfig(name="ce"),
             TrainConfig(epochs=1000, batch_size=128, lr=1e-3, patience=30, grad_clip=None, seed=0),
         ),
         (0.2843, 0.1537),
         "K&V README, BERT4Rec",
     ),
-    # transformer_benchmark configs/paper/loo/s3_vanilla.yaml: d=256, 1 block, 1 head,
-    # dropout 0.2, len 50, sampled softmax with 256 uniform negatives
-    "sasrec-ss-beauty": (
-        RunConfig(
-            ModelChoice(
-                "sasrec",
-                {
-                    "hidden_size": 256,
-                    "ffn_size": 256,
-                    "num_blocks": 1,
-                    "num_heads": 1,
-                    "dropout": 0.2,
-                    "attention_dropout": 0.2,
-                },
-            ),
-            DataConfig("beauty", max_len=50),
-            LossConfig(name="sampled_softmax", num_negatives=256),
-            TrainConfig(epochs=200, batch_size=128, lr=1e-3, patience=10, grad_clip=None, seed=0),
-        ),
-        (0.0921, 0.0531),
-        "transformer_benchmark README, S3-Beauty",
-    ),
-    # the same under RecTools' SASRecModel defaults, which transformer_benchmark ran: Glorot-normal
-    # init of every matrix, no √d embedding scale, no dropout on the attention output
-    "sasrec-ss-beauty-rectools": (
-        RunConfig(
-            ModelChoice(
-                "sasrec",
-                {
-                    "hidden_size": 256,
-                    "ffn_size": 256,
-                    "num_blocks": 1,
-                    "num_heads": 1,
-                    "dropout": 0.2,
-                    "attention_dropout": 0.2,
-                    "init": "xavier_normal",
-                    "scale_embeddings": False,
-                    "attention_output_dropout": False,
-                },
-            ),
-            DataConfig("beauty", max_len=50),
-            LossConfig(name="sampled_softmax", num_negatives=256),
-            TrainConfig(epochs=200, batch_size=128, lr=1e-3, patience=10, grad_clip=None, seed=0),
-        ),
-        (0.0921, 0.0531),
-        "transformer_benchmark README, S3-Beauty",
+    "sasrec-ss-beauty": (beauty_sampled_softmax({}), *TRANSFORMER_BENCHMARK),
+    "sasrec-ss-beauty-rectools": (beauty_sampled_softmax(RECTOOLS), *TRANSFORMER_BENCHMARK),
+    # the README's hyperparameter table says d = 64 for Beauty, where the yaml says 256
+    "sasrec-ss-beauty-d64": (
+        beauty_sampled_softmax(RECTOOLS | {"hidden_size": 64, "ffn_size": 64}),
+        *TRANSFORMER_BENCHMARK,
     ),
 }
 

@@ -176,7 +176,7 @@ def test_embedding_scaling_and_separate_output_table() -> None:
 
 def test_attention_initialisation_and_output_dropout_switches() -> None:
     torch.manual_seed(0)
-    normal = build_model("sasrec", NUM_ITEMS)  # d = 64
+    normal = build_model("sasrec", NUM_ITEMS)  # the defaults; d = 64
     torch.manual_seed(0)
     xavier = build_model(
         "sasrec", NUM_ITEMS, init="xavier_attention", attention_output_dropout=False
