@@ -141,8 +141,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     For a chunk of rows, ``∂loss/∂logits = (softmax − onehot) / N`` is known as soon as the logits
     are, so the forward pass accumulates ``∂/∂hidden`` (N, D), ``∂/∂embedding`` and ``∂/∂bias``
     chunk by chunk and frees each chunk's logits; backward only scales them by the incoming
-    gradient. Three matmuls per chunk, as for the naive loss, but the memory of two
-    chunk_size × items buffers (logits and softmax) instead of N × items.
+    gradient. Three matmuls per chunk, as for the naive loss, but peak memory chunk_size × items.
     """
 
     @staticmethod
@@ -157,31 +156,22 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         grad_embedding = torch.zeros_like(weight) if need_embedding else None
         grad_bias = torch.zeros_like(bias, dtype=acc) if need_bias else None
         total = hidden.new_zeros((), dtype=acc)
-        # two buffers reused by every chunk (fresh large allocations page-fault on CPU): the
-        # logits, and their softmax from torch's fused kernel (about 3x faster on CPU than
-        # max, subtract, exp, sum and divide as separate passes)
-        size = (min(chunk_size, rows), weight.shape[0])
-        logit_buffer = hidden.new_empty(size, dtype=acc)
-        prob_buffer = hidden.new_empty(size, dtype=acc)
+        # one logits buffer reused by every chunk: fresh large allocations page-fault on CPU
+        buffer = hidden.new_empty((min(chunk_size, rows), weight.shape[0]), dtype=acc)
         for start in range(0, rows, chunk_size):
             h = hidden[start : start + chunk_size].to(acc)
             target = positives[start : start + chunk_size]
-            logits = torch.mm(h, weight.T, out=logit_buffer[: len(h)])
+            logits = torch.mm(h, weight.T, out=buffer[: len(h)])
             if bias is not None:
                 logits += bias.to(acc)
             logits[:, 0] = float("-inf")
-            probs = torch.softmax(logits, dim=1, out=prob_buffer[: len(h)])
-            target_probs = probs.gather(1, target[:, None]).squeeze(1)
-            row_losses = -target_probs.log()
-            # a target probability that underflows loses −log p's precision: those (rare) rows
-            # take the exact logsumexp − target logit instead
-            underflow = (target_probs < 1e-30).nonzero().squeeze(1)
-            if len(underflow):
-                exact = logits[underflow].logsumexp(dim=1) - logits[underflow, target[underflow]]
-                row_losses[underflow] = exact
-            total += row_losses.sum()
+            target_logits = logits.gather(1, target[:, None]).squeeze(1)
+            peak = logits.amax(dim=1, keepdim=True)
+            probs = logits.sub_(peak).exp_()  # in place: unnormalised softmax of the chunk
+            norm = probs.sum(dim=1)
+            total += (peak.squeeze(1) + norm.log() - target_logits).sum()
             if need_any:
-                grad_logits = probs.div_(rows)
+                grad_logits = probs.div_(norm[:, None] * rows)
                 grad_logits[torch.arange(len(target), device=target.device), target] -= 1.0 / rows
                 if need_hidden:
                     torch.mm(grad_logits, weight, out=grad_hidden[start : start + chunk_size])
