@@ -186,6 +186,7 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--partial", action="store_true")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None, help="override the run's seed")
     args = parser.parse_args()
     if args.partial:
         partial(args.run, args.out)
@@ -196,7 +197,11 @@ def main() -> None:
     config = replace(
         config,
         data=replace(config.data, root=str(Path(args.root).resolve())),
-        train=replace(config.train, num_threads=args.threads),
+        train=replace(
+            config.train,
+            num_threads=args.threads,
+            seed=config.train.seed if args.seed is None else args.seed,
+        ),
     )
     result = train(config, args.out, resume=args.resume, show_progress=False)
     report(
