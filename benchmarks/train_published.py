@@ -43,6 +43,7 @@ RECTOOLS = {"init": "xavier_normal", "scale_embeddings": False, "attention_outpu
 # batch 128, up to 100 epochs, patience 10 on validation NDCG@10, no gradient clipping.
 KV_TRAIN = TrainConfig(epochs=100, batch_size=128, lr=1e-3, patience=10, grad_clip=None, seed=0)
 KV_SASREC_PLUS = ((0.3152, 0.1821), "K&V README, SASRec+ full CE")
+KV_SASREC_BCE = ((0.2500, 0.1341), "K&V README, SASRec BCE 1 negative")
 ML1M = DataConfig("ml-1m", max_len=200)
 
 
@@ -51,13 +52,17 @@ def sasrec_plus(model: dict) -> RunConfig:
                      KV_TRAIN)
 
 
+def sasrec_bce(model: dict) -> RunConfig:
+    return RunConfig(ModelChoice("sasrec", TRANSFORMER | model), ML1M,
+                     LossConfig(name="bce", num_negatives=1), KV_TRAIN)
+
+
 def beauty_sampled_softmax(model: dict) -> RunConfig:
     """transformer_benchmark configs/paper/loo/s3_vanilla.yaml: 1 block, 1 head, dropout 0.2,
     len 50, sampled softmax with 256 uniform negatives, lr 1e-3, batch 128, up to 200 epochs."""
-    dims = {"hidden_size": 256, "ffn_size": 256}
     return RunConfig(
-        ModelChoice("sasrec", dims | {"num_blocks": 1, "num_heads": 1, "dropout": 0.2,
-                                      "attention_dropout": 0.2} | model),
+        ModelChoice("sasrec", {"hidden_size": 256, "ffn_size": 256, "num_blocks": 1,
+                               "num_heads": 1, "dropout": 0.2, "attention_dropout": 0.2} | model),
         DataConfig("beauty", max_len=50),
         LossConfig(name="sampled_softmax", num_negatives=256),
         TrainConfig(epochs=200, batch_size=128, lr=1e-3, patience=10, grad_clip=None, seed=0),
@@ -67,25 +72,12 @@ def beauty_sampled_softmax(model: dict) -> RunConfig:
 TRANSFORMER_BENCHMARK = ((0.0921, 0.0531), "transformer_benchmark README, S3-Beauty")
 
 RUNS: dict[str, tuple[RunConfig, tuple[float, float], str]] = {
-    "sasrec": (
-        RunConfig(ModelChoice("sasrec", TRANSFORMER), ML1M,
-                  LossConfig(name="bce", num_negatives=1), KV_TRAIN),
-        (0.2500, 0.1341),
-        "K&V README, SASRec BCE 1 negative",
-    ),
-    "sasrec-kv-attention": (
-        RunConfig(ModelChoice("sasrec", TRANSFORMER | KV_ATTENTION), ML1M,
-                  LossConfig(name="bce", num_negatives=1), KV_TRAIN),
-        (0.2500, 0.1341),
-        "K&V README, SASRec BCE 1 negative",
-    ),
+    "sasrec": (sasrec_bce({}), *KV_SASREC_BCE),
+    "sasrec-kv-attention": (sasrec_bce(KV_ATTENTION), *KV_SASREC_BCE),
     "sasrec+": (sasrec_plus({}), *KV_SASREC_PLUS),
     "sasrec+kv-attention": (sasrec_plus(KV_ATTENTION), *KV_SASREC_PLUS),
     # the Glorot-uniform Q/K/V alone, with dropout on the attention output kept
-    "sasrec+xavier": (
-        sasrec_plus({"init": "xavier_attention"}),
-        *KV_SASREC_PLUS,
-    ),
+    "sasrec+xavier": (sasrec_plus({"init": "xavier_attention"}), *KV_SASREC_PLUS),
     # K&V's position numbering: their SASRec (after pmixer/SASRec.pytorch) pads on the right
     # and numbers positions from the window's first item
     "sasrec+from-start": (

@@ -109,8 +109,9 @@ class TransformerConfig(Config):
     init_std: float = 0.02
     #: "normal": Normal(0, init_std) for every linear and embedding weight; "xavier_attention":
     #: the same but Glorot-uniform Q/K/V projections, as the official TF SASRec's dense layers
-    #: and torch's MultiheadAttention in the pmixer / K&V ports (attention logits start ~5x
-    #: larger); "xavier_normal": Glorot-normal for every matrix, RecTools' init (init_std unused)
+    #: and torch's MultiheadAttention in the pmixer / K&V ports (each projection ~4-6x larger at
+    #: d = 64, so the attention logits start ~20-40x larger); "xavier_normal": Glorot-normal for
+    #: every matrix, RecTools' init (init_std unused)
     init: str = "normal"
     #: the model's blocks can leave the FFN out (``ffn_size = 0``): those of ``TransformerEncoder``
     ffn_optional: ClassVar[bool] = True
@@ -234,7 +235,10 @@ class SequentialRecommender(nn.Module):
         )
 
     def init_weights(self) -> None:
-        """Linear and embedding weights as ``config.init`` says, zero biases and padding rows."""
+        """Linear and embedding weights as ``config.init`` says, zero biases and padding rows.
+
+        ``xavier_attention`` re-draws the Q/K/V weights after the Normal pass rather than
+        skipping them in it: the random stream, and so every recorded run, stays the same."""
         std = self.config.init_std
         for module in self.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
