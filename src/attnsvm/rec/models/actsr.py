@@ -33,6 +33,8 @@ from torch import nn
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask
 from attnsvm.rec.nn.blocks import AttentionInput, EncoderOutput
+from attnsvm.rec.nn.dropout import Dropout
+from attnsvm.rec.nn.dropout import dropout as drop
 from attnsvm.rec.nn.ffn import PointwiseFFN
 
 STREAMS = ("calibrated", "perturbed")
@@ -119,7 +121,7 @@ class CalibratedAttention(MultiHeadAttention):
             gate = torch.sigmoid(self.gate(q)[..., self.max_len - length :])
             weights = masked_softmax(gate * spatial + (1 - gate) * calibrated)
         dropout = self.dropout if self.training else 0.0
-        out = F.dropout(weights, dropout) @ v
+        out = drop(weights, dropout) @ v
         batch, _, length, _ = out.shape
         out = self.out_proj(out.transpose(1, 2).reshape(batch, length, -1))
         return out, weights if return_weights else None
@@ -137,7 +139,7 @@ class ACTSRBlock(nn.Module):
         self.attention_norm = nn.LayerNorm(dim)
         self.ffn = PointwiseFFN(dim, config.ffn_size, config.activation, config.dropout)
         self.ffn_norm = nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, x, keep_mask, return_weights: bool, stream: str):
         attended, weights = self.attention(x, x, keep_mask, return_weights, stream)

@@ -29,6 +29,7 @@ from torch import nn
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask
 from attnsvm.rec.nn.blocks import AttentionInput, EncoderOutput
+from attnsvm.rec.nn.dropout import Dropout
 from attnsvm.rec.nn.ffn import ACTIVATIONS
 
 
@@ -88,7 +89,7 @@ class AdaMCTLayer(nn.Module):
         self.mixture = nn.Linear(dim, 1)
         self.out = nn.Linear(dim, dim)
         self.out_norm = nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, x, keep_mask, valid, return_weights: bool):
         x_en = self.enter_norm(self.dropout(self.enter(x))) * valid

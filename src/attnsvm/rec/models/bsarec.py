@@ -30,6 +30,7 @@ from torch import nn
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask
 from attnsvm.rec.nn.blocks import AttentionInput, EncoderOutput
+from attnsvm.rec.nn.dropout import Dropout
 from attnsvm.rec.nn.ffn import PointwiseFFN
 
 
@@ -67,7 +68,7 @@ class FrequencyFilter(nn.Module):
         super().__init__()
         self.keep_bins = cutoff // 2 + 1
         self.sqrt_beta = nn.Parameter(torch.randn(1, 1, dim))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm = nn.LayerNorm(dim)
 
     def low_pass(self, x: torch.Tensor) -> torch.Tensor:
@@ -91,7 +92,7 @@ class BSARecLayer(nn.Module):
         self.attention_norm = nn.LayerNorm(dim)
         self.ffn = PointwiseFFN(dim, config.ffn_size, config.activation, config.dropout)
         self.ffn_norm = nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(
         self, x: torch.Tensor, keep_mask: torch.Tensor, return_weights: bool

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
+from attnsvm.rec.nn.dropout import Dropout
 from attnsvm.rec.nn.ffn import PointwiseFFN
 
 
@@ -86,7 +87,7 @@ class ConvFormerLayer(nn.Module):
         self.conv_norm = nn.LayerNorm(dim)
         self.ffn = PointwiseFFN(dim, config.ffn_size, config.activation, config.dropout)
         self.ffn_norm = nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.conv_norm(x + self.dropout(self.conv(x)))

@@ -33,6 +33,7 @@ from torch import nn
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.nn.attention import attention_mask
 from attnsvm.rec.nn.blocks import EncoderOutput, TransformerBlock
+from attnsvm.rec.nn.dropout import Dropout
 
 SCANS = ("sequential", "parallel")
 BACKENDS = ("torch", "mamba_ssm")
@@ -146,7 +147,7 @@ class MaTrRecLayer(nn.Module):
         self.mamba = Mamba(dim, config.state_size, config.conv_size, config.expand,
                            config.scan, config.backend)
         self.mamba_norm = nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.transformer = TransformerBlock(
             dim, config.num_heads, config.ffn_size, config.dropout, config.attention_dropout,
             config.activation, "post",

@@ -29,6 +29,7 @@ from torch import nn
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.nn.blocks import EncoderOutput, TransformerEncoder
+from attnsvm.rec.nn.dropout import Dropout
 from attnsvm.rec.nn.embedding import ItemEmbedding
 from attnsvm.rec.nn.sse import StochasticSharedEmbedding
 
@@ -74,7 +75,7 @@ class SSEPT(SequentialRecommender):
         self.position = nn.Embedding(config.max_len, dim) if config.position == "learned" else None
         self.item_sse = StochasticSharedEmbedding(num_items, config.item_sse)
         self.user_sse = StochasticSharedEmbedding(config.num_users, config.user_sse)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.encoder = TransformerEncoder(
             dim, config.num_blocks, config.num_heads, config.ffn_size, causal=True,
             dropout=config.dropout, attention_dropout=config.attention_dropout,

@@ -32,6 +32,7 @@ from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.models.ssept import check_item_ids
 from attnsvm.rec.nn.attention import MultiHeadAttention
 from attnsvm.rec.nn.blocks import AttentionInput, EncoderOutput
+from attnsvm.rec.nn.dropout import Dropout
 from attnsvm.rec.nn.ffn import PointwiseFFN
 
 
@@ -82,7 +83,7 @@ class STRecLayer(nn.Module):
         self.attention_norm = nn.LayerNorm(dim)
         self.ffn = PointwiseFFN(dim, config.ffn_size, config.activation, config.dropout)
         self.ffn_norm = nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, x, positions, gaps, valid, k: int, return_weights: bool):
         kept = self.selector(gaps, valid, k)

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask
+from attnsvm.rec.nn.dropout import Dropout
 from attnsvm.rec.nn.ffn import PointwiseFFN
 
 NORM_LAYOUTS = ("pre", "post", "sasrec")
@@ -60,7 +61,7 @@ class TransformerBlock(nn.Module):
             raise ValueError(f"ffn_size must be ≥ 0 (0: no FFN), got {ffn_size}")
         self.ffn = PointwiseFFN(dim, ffn_size, activation, dropout) if ffn_size else None
         self.ffn_norm = nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(dropout if attention_output_dropout else 0.0)
+        self.dropout = Dropout(dropout if attention_output_dropout else 0.0)
 
     def forward(
         self,

@@ -13,6 +13,8 @@ import math
 import torch
 from torch import nn
 
+from attnsvm.rec.nn.dropout import Dropout
+
 POSITION_KINDS = ("learned", "learned_from_start", "none")
 
 
@@ -72,7 +74,7 @@ class SequenceEmbedding(nn.Module):
         self.from_start = position == "learned_from_start"
         self.scale = math.sqrt(dim) if scale else 1.0
         self.norm = nn.LayerNorm(dim) if layer_norm else None
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
         length = item_seq.shape[1]

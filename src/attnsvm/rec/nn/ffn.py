@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnsvm.rec.nn.dropout import Dropout
+
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 
 
@@ -20,7 +22,7 @@ class PointwiseFFN(nn.Module):
         self.inner = nn.Linear(dim, hidden)
         self.activation = ACTIVATIONS[activation]()
         self.outer = nn.Linear(hidden, dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.outer(self.dropout(self.activation(self.inner(x)))))

@@ -67,6 +67,7 @@ from attnsvm.rec.train.checkpoint import (
     save_resume_state,
     save_weights,
 )
+from attnsvm.rec.train.memory import keep_freed_memory
 from attnsvm.rec.train.objectives import (
     Examples,
     log_q,
@@ -231,6 +232,7 @@ def evaluate_model(
     bf16: bool = False,
 ) -> EvalResult:
     """Full-ranking metrics of a neural model (see :func:`evaluate_scores`)."""
+    keep_freed_memory()
     context = context or distributed.Context()
     model.eval()
     return evaluate_scores(
@@ -583,6 +585,7 @@ def train(
 
 
 def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunResult:
+    keep_freed_memory()
     if config.train.num_threads is not None:
         torch.set_num_threads(config.train.num_threads)
     config, split, model, run, state = _prepare(config, run_dir, resume)
