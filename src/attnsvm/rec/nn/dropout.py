@@ -7,7 +7,8 @@ mask compares uniform 32-bit integers with ``p · 2³²`` (``p`` rounded to a mu
 on CPU the integers come from numpy's SFC64 generator (about 1 ns per draw; torch's mt19937
 ``random_`` takes 2.7), seeded by one draw from torch's global generator, so
 ``torch.manual_seed`` fixes every mask and a saved torch RNG state replays them; on other
-devices from torch's own ``random_``. Forward and backward together cost a third of torch's.
+devices from torch's own ``random_``. The scaled mask of 1.28 M elements costs 1.5 ns per
+element this way, 3.1 with torch's ``random_`` and 7–8 inside ``F.dropout``.
 """
 
 from __future__ import annotations

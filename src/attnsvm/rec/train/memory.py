@@ -4,10 +4,11 @@ glibc serves allocations above its mmap threshold (128 KiB at start, raised dyna
 32 MiB) with a fresh ``mmap`` and returns them with ``munmap`` when freed. A training step
 allocates and frees the same large tensors every time (attention weights of 32 × 200 × 200
 floats, 5 MiB; the chunked cross-entropy's logits, 512 × 3,417 floats, 7 MiB), so every step
-page-faults them in again; in the build machine's VM a fault costs microseconds and these
-faults were ~5–10 % of a SASRec+ step on ML-1M. Raising the mmap threshold to its 32 MiB maximum
-and the heap-trim threshold to 1 GiB lets the allocator reuse those pages. The price: the
-process keeps up to 1 GiB of freed heap resident rather than returning it; the peak is unchanged.
+page-faults them in again. Raising the mmap threshold to its 32 MiB maximum and the heap-trim
+threshold to 1 GiB lets the allocator reuse those pages. The price: the process keeps up to
+1 GiB of freed heap resident rather than returning it. A SASRec+ step on ML-1M (2 threads)
+took 11 % less time with it (390 against 438 ms, alternating A/B); the peak RSS of the
+3-epoch peers benchmark went from 796 to 894 MiB.
 """
 
 from __future__ import annotations
