@@ -151,7 +151,7 @@ def report(name: str, metrics: dict[str, float], epochs: int, note: str) -> dict
 def partial(name: str, out: Path) -> dict:
     """Test metrics of the best checkpoint so far of an unfinished run."""
     from attnsvm.rec.config import load_config
-    from attnsvm.rec.train.checkpoint import RunDirectory, load_weights
+    from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json, load_weights
     from attnsvm.rec.train.trainer import build, evaluate_model, load_split, window_length
 
     run = RunDirectory(out)
@@ -167,7 +167,14 @@ def partial(name: str, out: Path) -> dict:
         f"UNFINISHED: best of {len(log)} epochs (epoch {best['epoch']}), "
         f"{seconds / len(log):.0f} s/epoch"
     )
-    return report(name, result.metrics, len(log), note)
+    row = report(name, result.metrics, len(log), note)
+    result.save(run.work / "partial_test_eval.json")
+    atomic_write_json(run.work / "partial_metrics.json", row)
+    return row
+
+
+def _chunk_size(text: str) -> int | None:
+    return None if text.lower() == "none" else int(text)
 
 
 def main() -> None:
@@ -179,6 +186,10 @@ def main() -> None:
     parser.add_argument("--partial", action="store_true")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=None, help="override the run's seed")
+    parser.add_argument(
+        "--ce-chunk-size", type=_chunk_size, default=LossConfig.ce_chunk_size,
+        help="rows of full-CE logits at a time ('none': all at once, for a GPU); memory only",
+    )
     args = parser.parse_args()
     if args.partial:
         partial(args.run, args.out)
@@ -189,6 +200,7 @@ def main() -> None:
     config = replace(
         config,
         data=replace(config.data, root=str(Path(args.root).resolve())),
+        loss=replace(config.loss, ce_chunk_size=args.ce_chunk_size),
         train=replace(
             config.train,
             num_threads=args.threads,

@@ -12,7 +12,8 @@ directory under ``--out``; a finished run is skipped, an interrupted one is resu
     python benchmarks/zoo.py --datasets beauty --models bsarec --settings paper --seeds 0
     python benchmarks/zoo.py --table            # mean ± std table of everything finished
 
-Runs are CPU jobs of tens of minutes to hours each; run them one at a time, in pieces.
+Runs are CPU jobs of tens of minutes to hours each; run them one at a time, in pieces, or many
+at once on a GPU host with ``parallel_runs.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +73,19 @@ BASELINE_NAMES = ("pop", "sknn", "vsknn", "vstan")
 DATASETS = {"beauty": 50, "ml-1m": 200}  # name → max_len (the papers' windows)
 
 
-def run_config(dataset: str, name: str, setting_name: str, seed: int) -> RunConfig:
+def run_config(
+    dataset: str, name: str, setting_name: str, seed: int, root: Path = ROOT,
+    ce_chunk_size: int | None = CE.ce_chunk_size,
+) -> RunConfig:
     setting = PAPER[name]
     loss = setting.loss if setting_name == "paper" else CE
+    loss = replace(loss, ce_chunk_size=ce_chunk_size)  # rows of logits at a time: memory only
     overrides = dict(setting.overrides)
     if name == "convformer" and DATASETS[dataset] > 50:
         overrides.update(kernel_size=150, fft=True)  # a long window: the FFT path
     return RunConfig(
         model=ModelChoice(setting.model, overrides),
-        data=DataConfig(dataset, root=str(ROOT), max_len=DATASETS[dataset]),
+        data=DataConfig(dataset, root=str(root), max_len=DATASETS[dataset]),
         loss=loss,
         train=TrainConfig(
             epochs=200, batch_size=setting.batch_size, lr=setting.lr, betas=(0.9, 0.999),
@@ -94,7 +99,10 @@ def run_dir(out: Path, dataset: str, name: str, setting_name: str, seed: int) ->
     return out / dataset / f"{name}-{setting_name}-seed{seed}"
 
 
-def run_one(out: Path, dataset: str, name: str, setting_name: str, seed: int) -> None:
+def run_one(
+    out: Path, dataset: str, name: str, setting_name: str, seed: int, root: Path = ROOT,
+    ce_chunk_size: int | None = CE.ce_chunk_size,
+) -> None:
     from attnsvm.rec.train.checkpoint import RunDirectory
     from attnsvm.rec.train.trainer import train
 
@@ -103,7 +111,7 @@ def run_one(out: Path, dataset: str, name: str, setting_name: str, seed: int) ->
         print(f"done already: {path}")
         return
     resume = (RunDirectory(path).partial / "resume.pt").exists()
-    config = run_config(dataset, name, setting_name, seed)
+    config = run_config(dataset, name, setting_name, seed, root, ce_chunk_size)
     start = time.perf_counter()
     result = train(config, path, resume=resume, show_progress=False)
     print(
@@ -114,7 +122,7 @@ def run_one(out: Path, dataset: str, name: str, setting_name: str, seed: int) ->
     )
 
 
-def run_baseline(out: Path, dataset: str, name: str) -> None:
+def run_baseline(out: Path, dataset: str, name: str, root: Path = ROOT) -> None:
     """A kNN/pop baseline: deterministic, so one "seed"; written like a run (atomically)."""
     import shutil
     import tempfile
@@ -129,7 +137,7 @@ def run_baseline(out: Path, dataset: str, name: str) -> None:
     if path.is_dir():
         print(f"done already: {path}")
         return
-    split = leave_one_out(load_dataset(dataset, root=ROOT))
+    split = leave_one_out(load_dataset(dataset, root=root))
     start = time.perf_counter()
     model = build_baseline(name).fit(split.train, split.num_items)
     fit_seconds = time.perf_counter() - start
@@ -152,13 +160,15 @@ def run_baseline(out: Path, dataset: str, name: str) -> None:
           f"NDCG@10 {result.metrics['NDCG@10']:.4f}", flush=True)
 
 
-def score_partial(out: Path) -> None:
-    """Score the best checkpoint so far of every unfinished run on the test users."""
+def score_partial(out: Path, only: list[Path] | None = None) -> None:
+    """Score the best checkpoint so far of every unfinished run (or of ``only``) on the test
+    users."""
     from attnsvm.rec.config import load_config
-    from attnsvm.rec.train.checkpoint import atomic_write_json, load_weights
+    from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json, load_weights
     from attnsvm.rec.train.trainer import build, evaluate_model, load_split, window_length
 
-    for work in sorted(out.glob("*/*-seed*.incomplete")):
+    works = [RunDirectory(p).partial for p in only] if only else out.glob("*/*-seed*.incomplete")
+    for work in sorted(works):
         log = [json.loads(line) for line in (work / "log.jsonl").read_text().splitlines()]
         config = load_config(work / "config.json")
         split = load_split(config.data)
@@ -251,6 +261,10 @@ def _pm(values: np.ndarray) -> str:
     return f"{values.mean():.4f} ± {values.std(ddof=1):.4f}"
 
 
+def _chunk_size(text: str) -> int | None:
+    return None if text.lower() == "none" else int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
@@ -259,26 +273,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settings", nargs="+", default=["paper", "ce"], choices=["paper", "ce"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("/tmp/zoo"))
+    parser.add_argument("--root", type=Path, default=ROOT, help="folder of the raw datasets")
+    parser.add_argument(
+        "--ce-chunk-size", type=_chunk_size, default=CE.ce_chunk_size,
+        help="rows of full-CE logits at a time ('none': all at once, for a GPU); memory only",
+    )
     parser.add_argument("--table", action="store_true", help="print the table of finished runs")
     parser.add_argument("--partial", action="store_true",
                         help="score the best checkpoint so far of every unfinished run")
+    parser.add_argument("--only", type=Path, nargs="+",
+                        help="with --partial: these run directories only")
     args = parser.parse_args(argv)
     if args.table:
         print(table(args.out))
         return 0
     if args.partial:
-        score_partial(args.out)
+        score_partial(args.out, args.only)
         return 0
     for dataset in args.datasets:
         for name in args.models:
             if name in BASELINE_NAMES:
-                run_baseline(args.out, dataset, name)
+                run_baseline(args.out, dataset, name, args.root)
                 continue
             for setting_name in args.settings:
                 if setting_name == "ce" and PAPER[name].loss == CE:
                     continue  # the paper's loss is full CE already: one run covers both
                 for seed in args.seeds:
-                    run_one(args.out, dataset, name, setting_name, seed)
+                    run_one(args.out, dataset, name, setting_name, seed, args.root,
+                            args.ce_chunk_size)
     return 0
 
 
