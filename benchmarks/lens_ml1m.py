@@ -35,29 +35,43 @@ def main() -> None:
     report = write_report(run, args.out, args.sequences)
     seconds = time.perf_counter() - start
     lens = json.loads((report.parent / "lens.json").read_text())
-    print(f"run {run} (epochs logged: {epochs}); {lens['sequences']} sequences; "
-          f"report in {seconds:.1f} s: {report}")
-    print("| head | tokens/seq | attention on selected (median) | selected = opt (linear) | "
-          "g/l/n (linear) | selected = opt (counterf.) | g/l/n (counterf.) | corr W^mm_F | "
-          "corr W^mm_* | rank W / W^mm_F / W^mm_* | SVM kinds |")
+    print(
+        f"run {run} (epochs logged: {epochs}); {lens['sequences']} sequences; "
+        f"report in {seconds:.1f} s: {report}"
+    )
+    print(
+        "| head | tokens/seq | attention on selected (median) | selected = opt (linear) | "
+        "g/l/n (linear) | selected = opt (counterf.) | g/l/n (counterf.) | corr W^mm_F | "
+        "corr W^mm_* | rank W / W^mm_F / W^mm_* | SVM kinds |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for head in lens["heads"]:
-        cells = [f"L{head['layer']}H{head['head']}", f"{head['tokens_per_sequence']:.1f}",
-                 f"{head['attention_on_selected']['median']:.3f}"]
+        cells = [
+            f"L{head['layer']}H{head['head']}",
+            f"{head['tokens_per_sequence']:.1f}",
+            f"{head['attention_on_selected']['median']:.3f}",
+        ]
         for name in ("linear", "counterfactual"):
             info = head["scores"].get(name)
             if info is None:
                 cells += ["—", "—"]
                 continue
             c = info["classes"]
-            cells += [f"{info['selected_is_optimal']:.1%}",
-                      f"{c['global']}/{c['local']}/{c['neither']}"]
+            cells += [
+                f"{info['selected_is_optimal']:.1%}",
+                f"{c['global']}/{c['local']}/{c['neither']}",
+            ]
         svm = head["svm"]["selected"]
         cells += [f"{svm[n]['correlation']:.3f}" for n in ("frobenius", "nuclear")]
-        cells.append(f"{head['model']['rank']} / {svm['frobenius']['rank']} / "
-                     f"{svm['nuclear']['rank']}")
-        cells.append(", ".join(f"{n}: {svm[n]['kind']} ({svm[n]['seconds']:.0f} s)"
-                               for n in ("frobenius", "nuclear")))
+        cells.append(
+            f"{head['model']['rank']} / {svm['frobenius']['rank']} / {svm['nuclear']['rank']}"
+        )
+        cells.append(
+            ", ".join(
+                f"{n}: {svm[n]['kind']} ({svm[n]['seconds']:.0f} s)"
+                for n in ("frobenius", "nuclear")
+            )
+        )
         print("| " + " | ".join(cells) + " |")
 
 

@@ -22,8 +22,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.lens.planted import planted_run
 
-FULL_SIZE = {"users": 3000, "items": 200, "length": 20, "triggers": 16, "max_gap": 4,
-             "hidden": 32, "epochs": 30, "sequences": 200}
+FULL_SIZE = {
+    "users": 3000,
+    "items": 200,
+    "length": 20,
+    "triggers": 16,
+    "max_gap": 4,
+    "hidden": 32,
+    "epochs": 30,
+    "sequences": 200,
+}
 
 
 def main() -> None:
@@ -38,18 +46,24 @@ def main() -> None:
         folder.mkdir(parents=True)
         start = time.perf_counter()
         result = planted_run(folder, ffn=ffn, **FULL_SIZE)
-        print(f"\n## {'standard block' if ffn else 'no FFN (ffn_size = 0)'}: "
-              f"{time.perf_counter() - start:.0f} s (training + lens report)")
-        print(f"test HR@10 {result['test']['HR@10']:.3f}, "
-              f"NDCG@10 {result['test']['NDCG@10']:.3f}")
-        for key in ("attention_on_trigger", "linear_optimal_is_trigger",
-                    "linear_optimal_is_trigger_without_target_copy",
-                    "counterfactual_optimal_is_trigger"):
+        print(
+            f"\n## {'standard block' if ffn else 'no FFN (ffn_size = 0)'}: "
+            f"{time.perf_counter() - start:.0f} s (training + lens report)"
+        )
+        print(f"test HR@10 {result['test']['HR@10']:.3f}, NDCG@10 {result['test']['NDCG@10']:.3f}")
+        for key in (
+            "attention_on_trigger",
+            "linear_optimal_is_trigger",
+            "linear_optimal_is_trigger_without_target_copy",
+            "counterfactual_optimal_is_trigger",
+        ):
             print(f"{key}: {result[key]:.1%}")
         print("epoch | corr(W, W^mm_F) | corr(W, W^mm_*)")
         for row in result["epochs"]:
-            print(f"{row['epoch']} | {row.get('frobenius', float('nan')):.3f} | "
-                  f"{row.get('nuclear', float('nan')):.3f}")
+            print(
+                f"{row['epoch']} | {row.get('frobenius', float('nan')):.3f} | "
+                f"{row.get('nuclear', float('nan')):.3f}"
+            )
         print(f"report: {result['report']}")
 
 

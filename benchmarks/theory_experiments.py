@@ -223,8 +223,10 @@ def report(out: Path):
         for n in EXPERIMENTS
         if (out / f"bench_{n}.json").exists()
     ]
-    print("| experiment | ours (s) | ours CPU (s) | official (s) | ratio | official timed as "
-          "| checks |")
+    print(
+        "| experiment | ours (s) | ours CPU (s) | official (s) | ratio | official timed as "
+        "| checks |"
+    )
     print("|---|---|---|---|---|---|---|")
     ours_total = official_total = 0.0
     for r in rows:

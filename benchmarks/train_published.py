@@ -48,21 +48,36 @@ ML1M = DataConfig("ml-1m", max_len=200)
 
 
 def sasrec_plus(model: dict) -> RunConfig:
-    return RunConfig(ModelChoice("sasrec+", TRANSFORMER | model), ML1M, LossConfig(name="ce"),
-                     KV_TRAIN)
+    return RunConfig(
+        ModelChoice("sasrec+", TRANSFORMER | model), ML1M, LossConfig(name="ce"), KV_TRAIN
+    )
 
 
 def sasrec_bce(model: dict) -> RunConfig:
-    return RunConfig(ModelChoice("sasrec", TRANSFORMER | model), ML1M,
-                     LossConfig(name="bce", num_negatives=1), KV_TRAIN)
+    return RunConfig(
+        ModelChoice("sasrec", TRANSFORMER | model),
+        ML1M,
+        LossConfig(name="bce", num_negatives=1),
+        KV_TRAIN,
+    )
 
 
 def beauty_sampled_softmax(model: dict) -> RunConfig:
     """transformer_benchmark configs/paper/loo/s3_vanilla.yaml: 1 block, 1 head, dropout 0.2,
     len 50, sampled softmax with 256 uniform negatives, lr 1e-3, batch 128, up to 200 epochs."""
     return RunConfig(
-        ModelChoice("sasrec", {"hidden_size": 256, "ffn_size": 256, "num_blocks": 1,
-                               "num_heads": 1, "dropout": 0.2, "attention_dropout": 0.2} | model),
+        ModelChoice(
+            "sasrec",
+            {
+                "hidden_size": 256,
+                "ffn_size": 256,
+                "num_blocks": 1,
+                "num_heads": 1,
+                "dropout": 0.2,
+                "attention_dropout": 0.2,
+            }
+            | model,
+        ),
         DataConfig("beauty", max_len=50),
         LossConfig(name="sampled_softmax", num_negatives=256),
         TrainConfig(epochs=200, batch_size=128, lr=1e-3, patience=10, grad_clip=None, seed=0),
@@ -80,9 +95,7 @@ RUNS: dict[str, tuple[RunConfig, tuple[float, float], str]] = {
     "sasrec+xavier": (sasrec_plus({"init": "xavier_attention"}), *KV_SASREC_PLUS),
     # K&V's position numbering: their SASRec (after pmixer/SASRec.pytorch) pads on the right
     # and numbers positions from the window's first item
-    "sasrec+from-start": (
-        sasrec_plus({"position": "learned_from_start"}), *KV_SASREC_PLUS
-    ),
+    "sasrec+from-start": (sasrec_plus({"position": "learned_from_start"}), *KV_SASREC_PLUS),
     # K&V's optimiser exactly: torch.optim.Adam with its default betas (0.9, 0.999) (their
     # src/modules.py); the trainer's default betas are (0.9, 0.98)
     "sasrec+adam": (
@@ -187,7 +200,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=None, help="override the run's seed")
     parser.add_argument(
-        "--ce-chunk-size", type=_chunk_size, default=LossConfig.ce_chunk_size,
+        "--ce-chunk-size",
+        type=_chunk_size,
+        default=LossConfig.ce_chunk_size,
         help="rows of full-CE logits at a time ('none': all at once, for a GPU); memory only",
     )
     args = parser.parse_args()

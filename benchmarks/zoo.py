@@ -74,7 +74,11 @@ DATASETS = {"beauty": 50, "ml-1m": 200}  # name → max_len (the papers' windows
 
 
 def run_config(
-    dataset: str, name: str, setting_name: str, seed: int, root: Path = ROOT,
+    dataset: str,
+    name: str,
+    setting_name: str,
+    seed: int,
+    root: Path = ROOT,
     ce_chunk_size: int | None = CE.ce_chunk_size,
 ) -> RunConfig:
     setting = PAPER[name]
@@ -88,8 +92,14 @@ def run_config(
         data=DataConfig(dataset, root=str(root), max_len=DATASETS[dataset]),
         loss=loss,
         train=TrainConfig(
-            epochs=200, batch_size=setting.batch_size, lr=setting.lr, betas=(0.9, 0.999),
-            grad_clip=None, patience=10, seed=seed, num_threads=1,
+            epochs=200,
+            batch_size=setting.batch_size,
+            lr=setting.lr,
+            betas=(0.9, 0.999),
+            grad_clip=None,
+            patience=10,
+            seed=seed,
+            num_threads=1,
         ),
         eval=EvalConfig(ks=(5, 10, 20)),
     )
@@ -100,7 +110,12 @@ def run_dir(out: Path, dataset: str, name: str, setting_name: str, seed: int) ->
 
 
 def run_one(
-    out: Path, dataset: str, name: str, setting_name: str, seed: int, root: Path = ROOT,
+    out: Path,
+    dataset: str,
+    name: str,
+    setting_name: str,
+    seed: int,
+    root: Path = ROOT,
     ce_chunk_size: int | None = CE.ce_chunk_size,
 ) -> None:
     from attnsvm.rec.train.checkpoint import RunDirectory
@@ -118,7 +133,8 @@ def run_one(
         f"{dataset} {name} {setting_name} seed {seed}: HR@10 {result.test['HR@10']:.4f} "
         f"NDCG@10 {result.test['NDCG@10']:.4f} ({result.epochs} epochs, best "
         f"{result.best_epoch}, {result.train_seconds:.0f}s training, "
-        f"{time.perf_counter() - start:.0f}s wall)", flush=True,
+        f"{time.perf_counter() - start:.0f}s wall)",
+        flush=True,
     )
 
 
@@ -141,23 +157,35 @@ def run_baseline(out: Path, dataset: str, name: str, root: Path = ROOT) -> None:
     start = time.perf_counter()
     model = build_baseline(name).fit(split.train, split.num_items)
     fit_seconds = time.perf_counter() - start
-    result = evaluate(model.score_function(split.test), split.test, split.num_items,
-                      ks=(5, 10, 20), batch_size=512)
+    result = evaluate(
+        model.score_function(split.test),
+        split.test,
+        split.num_items,
+        ks=(5, 10, 20),
+        batch_size=512,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     try:
         result.save(work / "test_eval.json")
-        atomic_write_json(work / "metrics.json", {
-            "protocol": f"{split.protocol}, {result.protocol}", "test": result.metrics,
-            "train_seconds": fit_seconds,
-            "eval_seconds": time.perf_counter() - start - fit_seconds,
-        })
+        atomic_write_json(
+            work / "metrics.json",
+            {
+                "protocol": f"{split.protocol}, {result.protocol}",
+                "test": result.metrics,
+                "train_seconds": fit_seconds,
+                "eval_seconds": time.perf_counter() - start - fit_seconds,
+            },
+        )
         work.rename(path)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    print(f"{dataset} {name}: HR@10 {result.metrics['HR@10']:.4f} "
-          f"NDCG@10 {result.metrics['NDCG@10']:.4f}", flush=True)
+    print(
+        f"{dataset} {name}: HR@10 {result.metrics['HR@10']:.4f} "
+        f"NDCG@10 {result.metrics['NDCG@10']:.4f}",
+        flush=True,
+    )
 
 
 def score_partial(out: Path, only: list[Path] | None = None) -> None:
@@ -174,24 +202,36 @@ def score_partial(out: Path, only: list[Path] | None = None) -> None:
         split = load_split(config.data)
         model = build(config, split.num_items)
         load_weights(model, work / "model.safetensors")
-        result = evaluate_model(model, split.test, split.num_items, config.eval,
-                                window_length(config))
+        result = evaluate_model(
+            model, split.test, split.num_items, config.eval, window_length(config)
+        )
         best = max(log, key=lambda r: r["valid"][config.eval.valid_metric])
         result.save(work / "partial_test_eval.json")
-        atomic_write_json(work / "partial_metrics.json", {
-            "test": result.metrics, "train_seconds": sum(r["train_seconds"] for r in log),
-            "epochs": len(log), "best_epoch": best["epoch"],
-        })
-        print(f"{work}: after {len(log)} epochs (best {best['epoch']}): "
-              f"HR@10 {result.metrics['HR@10']:.4f} NDCG@10 {result.metrics['NDCG@10']:.4f}")
+        atomic_write_json(
+            work / "partial_metrics.json",
+            {
+                "test": result.metrics,
+                "train_seconds": sum(r["train_seconds"] for r in log),
+                "epochs": len(log),
+                "best_epoch": best["epoch"],
+            },
+        )
+        print(
+            f"{work}: after {len(log)} epochs (best {best['epoch']}): "
+            f"HR@10 {result.metrics['HR@10']:.4f} NDCG@10 {result.metrics['NDCG@10']:.4f}"
+        )
 
 
 def finished(out: Path) -> dict[tuple[str, str, str], list[Path]]:
     """Finished runs by (dataset, model, loss); an unfinished run scored by ``--partial``
     counts as well, marked "unfinished" in the loss column."""
     runs: dict[tuple[str, str, str], list[Path]] = {}
-    for metrics in sorted([*out.glob("*/*-seed*/metrics.json"),
-                           *out.glob("*/*-seed*.incomplete/partial_metrics.json")]):
+    for metrics in sorted(
+        [
+            *out.glob("*/*-seed*/metrics.json"),
+            *out.glob("*/*-seed*.incomplete/partial_metrics.json"),
+        ]
+    ):
         folder = metrics.parent
         dataset = folder.parent.name
         name, setting_name, _ = folder.name.removesuffix(".incomplete").rsplit("-", 2)
@@ -231,7 +271,8 @@ def table(out: Path) -> str:
         if reference and name != "sasrec+":
             # seed 0 of this row against seed 0 of SASRec+, paired over test users
             test = compare_results(
-                EvalResult.load(_read(paths[0])[1]), EvalResult.load(_read(reference[0])[1]),
+                EvalResult.load(_read(paths[0])[1]),
+                EvalResult.load(_read(reference[0])[1]),
                 "NDCG@10",
             )
             versus = f"{test['mean_difference']:+.4f} (p={test['t_pvalue']:.2g})"
@@ -275,14 +316,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/zoo"))
     parser.add_argument("--root", type=Path, default=ROOT, help="folder of the raw datasets")
     parser.add_argument(
-        "--ce-chunk-size", type=_chunk_size, default=CE.ce_chunk_size,
+        "--ce-chunk-size",
+        type=_chunk_size,
+        default=CE.ce_chunk_size,
         help="rows of full-CE logits at a time ('none': all at once, for a GPU); memory only",
     )
     parser.add_argument("--table", action="store_true", help="print the table of finished runs")
-    parser.add_argument("--partial", action="store_true",
-                        help="score the best checkpoint so far of every unfinished run")
-    parser.add_argument("--only", type=Path, nargs="+",
-                        help="with --partial: these run directories only")
+    parser.add_argument(
+        "--partial",
+        action="store_true",
+        help="score the best checkpoint so far of every unfinished run",
+    )
+    parser.add_argument(
+        "--only", type=Path, nargs="+", help="with --partial: these run directories only"
+    )
     args = parser.parse_args(argv)
     if args.table:
         print(table(args.out))
@@ -299,8 +346,9 @@ def main(argv: list[str] | None = None) -> int:
                 if setting_name == "ce" and PAPER[name].loss == CE:
                     continue  # the paper's loss is full CE already: one run covers both
                 for seed in args.seeds:
-                    run_one(args.out, dataset, name, setting_name, seed, args.root,
-                            args.ce_chunk_size)
+                    run_one(
+                        args.out, dataset, name, setting_name, seed, args.root, args.ce_chunk_size
+                    )
     return 0
 
 

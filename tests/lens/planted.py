@@ -18,9 +18,21 @@ from attnsvm.rec.data.synthetic import make_planted
 from attnsvm.rec.train import AttentionSnapshots, train
 
 
-def planted_run(folder: Path, *, users: int, items: int, length: int, triggers: int,
-                hidden: int, epochs: int, sequences: int, max_gap: int, lr: float = 5e-3,
-                seed: int = 0, ffn: bool = True) -> dict:
+def planted_run(
+    folder: Path,
+    *,
+    users: int,
+    items: int,
+    length: int,
+    triggers: int,
+    hidden: int,
+    epochs: int,
+    sequences: int,
+    max_gap: int,
+    lr: float = 5e-3,
+    seed: int = 0,
+    ffn: bool = True,
+) -> dict:
     """Train, write the lens report, and return its fractions and correlation curve.
 
     The run keeps its last epoch (``keep="last"``): the validation target of planted data is
@@ -28,23 +40,40 @@ def planted_run(folder: Path, *, users: int, items: int, length: int, triggers: 
     the correlation curve must end at the model the lens reads. One torch thread: the CI
     machine is shared.
     """
-    data, truth = make_planted(num_users=users, num_items=items, length=length,
-                               num_triggers=triggers, max_gap=max_gap, seed=seed)
+    data, truth = make_planted(
+        num_users=users,
+        num_items=items,
+        length=length,
+        num_triggers=triggers,
+        max_gap=max_gap,
+        seed=seed,
+    )
     sequences_file = folder / "planted.txt"
     rows = data.to_sequences()
-    lines = [" ".join(map(str, [u + 1, *data.item_ids[rows.row(u)].tolist()]))
-             for u in range(len(rows))]
+    lines = [
+        " ".join(map(str, [u + 1, *data.item_ids[rows.row(u)].tolist()])) for u in range(len(rows))
+    ]
     sequences_file.write_text("\n".join(lines) + "\n")
     # small Normal(0, 0.02) Q/K/V (init "normal", pinned): the theory's gradient descent starts
     # near W = 0, and from there the FFN-free model attends to the trigger in ≥ 90 % of
     # sequences (84 % from the official codes' Glorot start, init "xavier_attention")
     config = RunConfig(
-        model=ModelChoice("sasrec+", {"num_blocks": 1, "num_heads": 1, "hidden_size": hidden,
-                                      "ffn_size": hidden if ffn else 0, "dropout": 0.0,
-                                      "attention_dropout": 0.0, "init": "normal"}),
+        model=ModelChoice(
+            "sasrec+",
+            {
+                "num_blocks": 1,
+                "num_heads": 1,
+                "hidden_size": hidden,
+                "ffn_size": hidden if ffn else 0,
+                "dropout": 0.0,
+                "attention_dropout": 0.0,
+                "init": "normal",
+            },
+        ),
         data=DataConfig(dataset=str(sequences_file), max_len=length - 1),
-        train=TrainConfig(epochs=epochs, batch_size=64, lr=lr, keep="last", seed=seed,
-                          num_threads=1),
+        train=TrainConfig(
+            epochs=epochs, batch_size=64, lr=lr, keep="last", seed=seed, num_threads=1
+        ),
         eval=EvalConfig(ks=(1, 10)),
     )
     result = train(config, folder / "run", callbacks=[AttentionSnapshots()], show_progress=False)
@@ -81,7 +110,8 @@ def read_planted(run_dir: Path, data, truth, sequences: int) -> dict:
         "linear_optimal_is_trigger": on_trigger("optimal_linear"),
         "target_in_history": float(np.mean(target_in_history[planted])),
         "linear_optimal_is_trigger_without_target_copy": on_trigger(
-            "optimal_linear", planted & ~target_in_history),
+            "optimal_linear", planted & ~target_in_history
+        ),
         "counterfactual_optimal_is_trigger": on_trigger("optimal_counterfactual"),
         "epochs": head["epochs"],
         "svm": head["svm"]["selected"],

@@ -11,8 +11,17 @@ from attnsvm.rec.models import build_model
 
 def _model(norm: str, heads: int = 2, biases: bool = True):
     torch.manual_seed(0)
-    model = build_model("sasrec", 30, hidden_size=16, ffn_size=16, num_blocks=2,
-                        num_heads=heads, max_len=8, norm=norm, init_std=0.3)
+    model = build_model(
+        "sasrec",
+        30,
+        hidden_size=16,
+        ffn_size=16,
+        num_blocks=2,
+        num_heads=heads,
+        max_len=8,
+        norm=norm,
+        init_std=0.3,
+    )
     with torch.no_grad():
         for attention in model.attention_modules():
             for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
@@ -52,8 +61,9 @@ def test_X_W_z_are_the_pre_softmax_logits(norm, biases):
         np.testing.assert_allclose(view.logits()[valid], reference[valid], rtol=1e-12, atol=1e-12)
         logits = view.logits()
         softmax = np.exp(logits - logits.max(1, keepdims=True))
-        np.testing.assert_allclose(softmax / softmax.sum(1, keepdims=True), view.attention,
-                                   atol=1e-13)
+        np.testing.assert_allclose(
+            softmax / softmax.sum(1, keepdims=True), view.attention, atol=1e-13
+        )
         # the softmax-invariant row only shifts every logit of a sequence by one number
         shifted = np.einsum("ntp,np->nt", view.X, view.Z @ view.W_selection.T)
         gap = np.where(valid, logits - shifted, np.nan)

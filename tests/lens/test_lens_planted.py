@@ -10,11 +10,28 @@ where the linear score is the model's own readout, and there both scores must fi
 
 from tests.lens.planted import planted_run
 
-SMALL = {"users": 1000, "items": 60, "length": 8, "triggers": 8, "max_gap": 3, "hidden": 16,
-         "epochs": 40, "sequences": 100}
+SMALL = {
+    "users": 1000,
+    "items": 60,
+    "length": 8,
+    "triggers": 8,
+    "max_gap": 3,
+    "hidden": 16,
+    "epochs": 40,
+    "sequences": 100,
+}
 # the FFN-free model needs more data to attend to the trigger in ≥ 90 % (87 % at SMALL size)
-LINEAR_HEAD = {"users": 3000, "items": 200, "length": 20, "triggers": 16, "max_gap": 4,
-               "hidden": 32, "epochs": 30, "sequences": 100, "ffn": False}
+LINEAR_HEAD = {
+    "users": 3000,
+    "items": 200,
+    "length": 20,
+    "triggers": 16,
+    "max_gap": 4,
+    "hidden": 32,
+    "epochs": 30,
+    "sequences": 100,
+    "ffn": False,
+}
 
 
 def test_lens_finds_the_planted_trigger(tmp_path):

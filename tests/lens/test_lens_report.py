@@ -24,20 +24,23 @@ def tiny_run(tmp_path_factory):
     (folder / "seq.txt").write_text("\n".join(lines) + "\n")
     (folder / "titles.tsv").write_text("".join(f"{i}\tFilm number {i}\n" for i in range(1, 40)))
     config = RunConfig(
-        model=ModelChoice("sasrec+", {"num_blocks": 2, "num_heads": 2, "hidden_size": 8,
-                                      "ffn_size": 8}),
+        model=ModelChoice(
+            "sasrec+", {"num_blocks": 2, "num_heads": 2, "hidden_size": 8, "ffn_size": 8}
+        ),
         data=DataConfig(dataset=str(folder / "seq.txt"), max_len=6),
         train=TrainConfig(epochs=2, batch_size=32, seed=0),
         eval=EvalConfig(ks=(10,)),
     )
-    return train(config, folder / "run", callbacks=[AttentionSnapshots()],
-                 show_progress=False).run_dir, folder
+    return train(
+        config, folder / "run", callbacks=[AttentionSnapshots()], show_progress=False
+    ).run_dir, folder
 
 
 def test_report_has_every_part(tiny_run):
     run_dir, folder = tiny_run
-    report = write_report(run_dir, folder / "lens", sequences=12, titles=folder / "titles.tsv",
-                          progress=False)
+    report = write_report(
+        run_dir, folder / "lens", sequences=12, titles=folder / "titles.tsv", progress=False
+    )
     lens = json.loads((report.parent / "lens.json").read_text())
     assert lens["sequences"] == 12 and len(lens["heads"]) == 4  # 2 layers × 2 heads
     for head in lens["heads"]:
@@ -58,8 +61,21 @@ def test_report_has_every_part(tiny_run):
 
 def test_cli_writes_the_report_and_prints_its_path(tiny_run):
     run_dir, folder = tiny_run
-    result = CliRunner().invoke(app, ["lens", str(run_dir), "--sequences", "5", "--layer", "1",
-                                      "--head", "0", "--out", str(folder / "cli")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "lens",
+            str(run_dir),
+            "--sequences",
+            "5",
+            "--layer",
+            "1",
+            "--head",
+            "0",
+            "--out",
+            str(folder / "cli"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert result.output.strip().endswith("report.html")
     assert len(json.loads((folder / "cli" / "lens.json").read_text())["heads"]) == 1
@@ -82,11 +98,24 @@ def test_report_renders_in_headless_chromium(tiny_run, tmp_path):
     report = write_report(run_dir, tmp_path / "lens", sequences=8, progress=False)
     shot = tmp_path / "shot.png"
     subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run",
-         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,2000",
-         f"--screenshot={shot}", report.as_uri()],
-        check=True, capture_output=True, timeout=120)
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1200,2000",
+            f"--screenshot={shot}",
+            report.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     from matplotlib.image import imread
 
     pixels = imread(shot)[..., :3]

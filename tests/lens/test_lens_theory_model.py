@@ -9,8 +9,10 @@ from attnsvm.theory.svm import correlation, solve_frobenius, solve_nuclear
 SEEDS = [0, 1, 2, 3, 4]
 
 
-@pytest.mark.parametrize(("parameterization", "norm", "solver"),
-                         [("W", "frobenius", solve_frobenius), ("KQ", "nuclear", solve_nuclear)])
+@pytest.mark.parametrize(
+    ("parameterization", "norm", "solver"),
+    [("W", "frobenius", solve_frobenius), ("KQ", "nuclear", solve_nuclear)],
+)
 def test_lens_reads_normalised_gd_as_its_att_svm(parameterization, norm, solver):
     instances, trajectory, analyses = local_convergence(SEEDS, parameterization)
     gd_selected = trajectory.selected()
@@ -26,8 +28,9 @@ def test_lens_reads_normalised_gd_as_its_att_svm(parameterization, norm, solver)
             assert (classes == "global").all()
         solution = analysis.solutions["selected"][norm]
         assert solution.kind == "hard"
-        theirs = correlation(trajectory.final_W[s],
-                             solver(instances.X[s], instances.Z[s], gd_selected[s]).W)
+        theirs = correlation(
+            trajectory.final_W[s], solver(instances.X[s], instances.Z[s], gd_selected[s]).W
+        )
         ours = analysis.summary["svm"]["selected"][norm]["correlation"]
         assert ours == pytest.approx(theirs, abs=1e-6)  # the theory lab's own number
         correlations.append(ours)

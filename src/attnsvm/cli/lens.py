@@ -18,7 +18,8 @@ def lens(
     head: int | None = typer.Option(None, help="only this head (0-based)"),
     out: Path | None = typer.Option(None, "--out", help="output folder (default RUN_DIR/lens)"),
     titles: Path | None = typer.Option(
-        None, help="item titles (movies.dat or 'id<TAB>title'); default: movies.dat by the data"),
+        None, help="item titles (movies.dat or 'id<TAB>title'); default: movies.dat by the data"
+    ),
 ) -> None:
     """Write lens.json, PNG plots and a self-contained report.html for a run."""
     from attnsvm.lens.report import write_report

@@ -147,13 +147,26 @@ def conic_svm(pairs: Pairs, norm: str, C: float | None = SOFT_MARGIN_C) -> Solut
         value = value / min(1.0, float(margin_values.min()))
         margin_values = pairs.margins(value)
     ksi = np.maximum(1.0 - margin_values, 0.0)
-    size = float(np.linalg.norm(value) if norm == "frobenius"
-                 else np.linalg.svd(value, compute_uv=False).sum())
-    soft = {} if C is None else {"C": C, "slack_sum": float(ksi.sum()),
-                                 "violated": int(np.sum(ksi > 1e-6))}
-    return Solution(norm, "hard" if C is None else "soft", value, size,
-                    time.perf_counter() - start, margin_values, soft,
-                    solver=f"{solver} ({problem.status})")
+    size = float(
+        np.linalg.norm(value)
+        if norm == "frobenius"
+        else np.linalg.svd(value, compute_uv=False).sum()
+    )
+    soft = (
+        {}
+        if C is None
+        else {"C": C, "slack_sum": float(ksi.sum()), "violated": int(np.sum(ksi > 1e-6))}
+    )
+    return Solution(
+        norm,
+        "hard" if C is None else "soft",
+        value,
+        size,
+        time.perf_counter() - start,
+        margin_values,
+        soft,
+        solver=f"{solver} ({problem.status})",
+    )
 
 
 #: Rivals per sequence in the first soft-margin working set (smallest margins under a guide).
@@ -185,20 +198,31 @@ def _nuclear_hard(pairs: Pairs, frobenius: Solution) -> Solution:
     SCS above (the interior point's Schur complement costs seconds per iteration there).
     """
     if pairs.X.shape[2] > ACCURATE_NUCLEAR_DIM:
-        return _grow(pairs, frobenius.margins <= 1.0 + NEIGHBOR_TOL,
-                     lambda working: conic_svm(working, "nuclear", None))
+        return _grow(
+            pairs,
+            frobenius.margins <= 1.0 + NEIGHBOR_TOL,
+            lambda working: conic_svm(working, "nuclear", None),
+        )
 
     def solve_working(working: Pairs) -> Solution:
         alpha = np.zeros(len(working), dtype=np.int64)
         result = svm.solve_nuclear(working.X, working.Z, alpha)
-        return Solution("nuclear", "hard", result.W, result.objective, result.seconds,
-                        working.margins(result.W), solver=result.solver)
+        return Solution(
+            "nuclear",
+            "hard",
+            result.W,
+            result.objective,
+            result.seconds,
+            working.margins(result.W),
+            solver=result.solver,
+        )
 
     return _grow(pairs, frobenius.margins <= 1.0 + NEIGHBOR_TOL, solve_working)
 
 
-def solve(pairs: Pairs, C: float = SOFT_MARGIN_C,
-          guide: np.ndarray | None = None) -> dict[str, Solution]:
+def solve(
+    pairs: Pairs, C: float = SOFT_MARGIN_C, guide: np.ndarray | None = None
+) -> dict[str, Solution]:
     """``{norm: solution}``: the hard-margin Att-SVMs, or their soft-margin variants where the
     hard ones are infeasible (the constraint set, hence feasibility, is the same for both norms).
 
@@ -213,8 +237,15 @@ def solve(pairs: Pairs, C: float = SOFT_MARGIN_C,
     start = time.perf_counter()
     result = svm.solve_frobenius(pairs.X, pairs.Z, np.zeros(len(pairs), dtype=np.int64))
     if result.feasible:
-        frobenius = Solution("frobenius", "hard", result.W, result.objective, result.seconds,
-                             pairs.margins(result.W), solver=result.solver)
+        frobenius = Solution(
+            "frobenius",
+            "hard",
+            result.W,
+            result.objective,
+            result.seconds,
+            pairs.margins(result.W),
+            solver=result.solver,
+        )
         solutions = {"frobenius": frobenius, "nuclear": _nuclear_hard(pairs, frobenius)}
         solutions["nuclear"].seconds = time.perf_counter() - start - result.seconds
         return solutions
@@ -237,8 +268,9 @@ def masked_argmax(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return np.argmax(np.where(valid, values, -np.inf), axis=1)
 
 
-def classify(scores: np.ndarray, valid: np.ndarray, selected: np.ndarray,
-             neighbours: np.ndarray) -> np.ndarray:
+def classify(
+    scores: np.ndarray, valid: np.ndarray, selected: np.ndarray, neighbours: np.ndarray
+) -> np.ndarray:
     """Per sequence ``"global"``, ``"local"`` or ``"neither"`` (see the module docstring)."""
     optimal = masked_argmax(scores, valid)
     finite = np.where(valid, scores, np.nanmin(np.where(valid, scores, np.inf)) - 1.0)
@@ -270,9 +302,14 @@ class HeadAnalysis:
     summary: dict = field(default_factory=dict)
 
 
-def analyse_head(view, scores: dict[str, np.ndarray], *, C: float = SOFT_MARGIN_C,
-                 snapshots: list[tuple[int, np.ndarray]] = (),
-                 step: Callable[[str], None] = lambda _: None) -> HeadAnalysis:
+def analyse_head(
+    view,
+    scores: dict[str, np.ndarray],
+    *,
+    C: float = SOFT_MARGIN_C,
+    snapshots: list[tuple[int, np.ndarray]] = (),
+    step: Callable[[str], None] = lambda _: None,
+) -> HeadAnalysis:
     """Selection vs optimal tokens and the Att-SVMs of one head.
 
     ``view``: a ``HeadView`` (or anything with ``X``, ``Z``, ``valid``, ``attention``,
@@ -295,16 +332,26 @@ def analyse_head(view, scores: dict[str, np.ndarray], *, C: float = SOFT_MARGIN_
         if key not in cache:
             problem = pairs if name == "selected" else Pairs.build(X, Z, valid, alpha)
             step(f"L{view.layer}H{view.head} {name}")
-            cache[key] = (solve(problem, C, view.W_selection) if len(problem)
-                          else dict.fromkeys(NORMS))
+            cache[key] = (
+                solve(problem, C, view.W_selection) if len(problem) else dict.fromkeys(NORMS)
+            )
         solutions[name] = cache[key]
     shape = valid.shape
     fro_selected = solutions["selected"]["frobenius"]
     neighbours = fro_selected.neighbours(pairs, shape) if fro_selected else np.zeros(shape, bool)
     classes = {name: classify(s, valid, selected, neighbours) for name, s in scores.items()}
     model_W = view.W_selection
-    analysis = HeadAnalysis(view.layer, view.head, selected, optimal, classes, solutions,
-                            model_W, pairs.margins(model_W), pairs)
+    analysis = HeadAnalysis(
+        view.layer,
+        view.head,
+        selected,
+        optimal,
+        classes,
+        solutions,
+        model_W,
+        pairs.margins(model_W),
+        pairs,
+    )
     analysis.epochs = _epochs(snapshots, solutions["selected"])
     analysis.summary = _summary(analysis, view, neighbours)
     return analysis
@@ -345,8 +392,10 @@ def _summary(a: HeadAnalysis, view, neighbours: np.ndarray) -> dict:
         },
         "neighbours_per_sequence": float(neighbours.sum(1).mean()),
         "scores": {},
-        "svm": {name: {norm: s.summary(a.model_W) if s else None for norm, s in by_norm.items()}
-                for name, by_norm in a.solutions.items()},
+        "svm": {
+            name: {norm: s.summary(a.model_W) if s else None for norm, s in by_norm.items()}
+            for name, by_norm in a.solutions.items()
+        },
         "epochs": a.epochs,
         "per_sequence": {"selected": a.selected.tolist()},
     }

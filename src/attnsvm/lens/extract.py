@@ -79,8 +79,10 @@ def head_factors(q_weight, q_bias, k_weight, k_bias, head: int, num_heads: int):
 
     def factor(weight, bias) -> np.ndarray:
         weight = torch.as_tensor(weight).detach().to(torch.float64).cpu()[rows]
-        bias = torch.zeros(weight.shape[0], dtype=torch.float64) if bias is None else (
-            torch.as_tensor(bias).detach().to(torch.float64).cpu()[rows]
+        bias = (
+            torch.zeros(weight.shape[0], dtype=torch.float64)
+            if bias is None
+            else (torch.as_tensor(bias).detach().to(torch.float64).cpu()[rows])
         )
         return torch.cat([weight, bias[:, None]], dim=1).T.numpy()
 
@@ -126,9 +128,14 @@ def extract(model64: SequentialRecommender, item_seq: torch.Tensor, grid) -> lis
         ones = torch.ones(*inputs.key.shape[:2], 1, dtype=torch.float64)
         X = torch.cat([inputs.key, ones], dim=-1).numpy() * valid[..., None]
         Z = torch.cat([inputs.query[:, -1], ones[:, -1]], dim=-1).numpy()
-        K, Q = head_factors(attention.q_proj.weight, attention.q_proj.bias,
-                            attention.k_proj.weight, attention.k_proj.bias,
-                            head, attention.num_heads)
+        K, Q = head_factors(
+            attention.q_proj.weight,
+            attention.q_proj.bias,
+            attention.k_proj.weight,
+            attention.k_proj.bias,
+            head,
+            attention.num_heads,
+        )
         weights = out.attention[layer][:, head, -1].numpy() * valid
         views.append(HeadView(layer, head, X, Z, valid, weights, K, Q))
     return views

@@ -57,8 +57,9 @@ def read_titles(path: str | Path) -> dict[str, str]:
                 continue
             parts = line.rstrip("\n").split("::") if "::" in line else line.split("\t")
             if len(parts) < 2 or not parts[0].strip():
-                raise DataFormatError(path, "expected 'id::title::genres' or 'id<TAB>title'",
-                                      number)
+                raise DataFormatError(
+                    path, "expected 'id::title::genres' or 'id<TAB>title'", number
+                )
             titles[parts[0].strip()] = parts[1].strip()
     return titles
 
@@ -95,8 +96,14 @@ def _snapshots(run_dir: Path, layer: int, head: int) -> list[tuple[int, np.ndarr
             if prefix + "q_weight" not in keys:
                 continue
             heads = json.loads(meta.get("num_heads", "[1]"))[layer]
-            K, Q = head_factors(get(prefix + "q_weight"), get(prefix + "q_bias"),
-                                get(prefix + "k_weight"), get(prefix + "k_bias"), head, heads)
+            K, Q = head_factors(
+                get(prefix + "q_weight"),
+                get(prefix + "q_bias"),
+                get(prefix + "k_weight"),
+                get(prefix + "k_bias"),
+                head,
+                heads,
+            )
         W = K @ Q.T / np.sqrt(K.shape[1])
         W[-1] = 0.0
         rows.append((int(re.findall(r"\d+", path.stem)[0]), W))
@@ -137,8 +144,12 @@ def _plots(a: HeadAnalysis, view, scores: dict[str, np.ndarray]) -> dict[str, by
     for norm, solution in a.solutions["selected"].items():
         if solution is not None:
             sigma = np.linalg.svd(solution.W, compute_uv=False)
-            ax.semilogy(np.arange(1, sigma.size + 1), np.maximum(sigma / sigma[0], 1e-16), ".-",
-                        label=f"Att-SVM {norm} (selected)")
+            ax.semilogy(
+                np.arange(1, sigma.size + 1),
+                np.maximum(sigma / sigma[0], 1e-16),
+                ".-",
+                label=f"Att-SVM {norm} (selected)",
+            )
     ax.set_xlabel("index")
     ax.set_ylabel("σ_k / σ_1")
     ax.set_title(f"{tag}: singular spectra")
@@ -149,8 +160,7 @@ def _plots(a: HeadAnalysis, view, scores: dict[str, np.ndarray]) -> dict[str, by
     scale = fro.objective / np.linalg.norm(a.model_W) if fro else 1.0
     ax.hist(a.model_margins * scale, bins=60)
     ax.axvline(1.0, color="k", linestyle="--", label="Att-SVM margin 1")
-    ax.set_xlabel("(x_sel − x_t)ᵀ W z_i, W scaled to ‖W^mm_F‖_F" if fro
-                  else "(x_sel − x_t)ᵀ W z_i")
+    ax.set_xlabel("(x_sel − x_t)ᵀ W z_i, W scaled to ‖W^mm_F‖_F" if fro else "(x_sel − x_t)ᵀ W z_i")
     ax.set_ylabel("constraints")
     ax.set_title(f"{tag}: margins of the model's W")
     ax.legend(fontsize=8)
@@ -160,8 +170,9 @@ def _plots(a: HeadAnalysis, view, scores: dict[str, np.ndarray]) -> dict[str, by
         epochs = [row["epoch"] for row in a.epochs]
         for norm in ("frobenius", "nuclear"):
             if norm in a.epochs[0]:
-                ax.plot(epochs, [row[norm] for row in a.epochs], "o-",
-                        label=f"corr(W, W^mm {norm})")
+                ax.plot(
+                    epochs, [row[norm] for row in a.epochs], "o-", label=f"corr(W, W^mm {norm})"
+                )
         ax.set_xlabel("epoch")
         ax.set_ylabel("correlation")
         ax.set_title(f"{tag}: correlation to the final Att-SVM over training")
@@ -198,7 +209,8 @@ def _example_html(run, rows, windows, targets, analyses, titles, views, k=10) ->
             lines.append(
                 f"<tr class='{'mark' if mark else ''}'><td>{p}</td><td>{name(windows[i, p])}</td>"
                 f"<td><div class='bar' style='width:{100 * weight / top_weight:.1f}%'></div>"
-                f"{weight:.3f}</td><td>{html.escape(mark.strip())}</td></tr>")
+                f"{weight:.3f}</td><td>{html.escape(mark.strip())}</td></tr>"
+            )
         recs = "".join(f"<li>{name(item)}</li>" for item in top)
         user = html.escape(str(run.user_ids[rows[i]]))
         parts.append(
@@ -206,7 +218,8 @@ def _example_html(run, rows, windows, targets, analyses, titles, views, k=10) ->
             f"{name(targets[i])}; {len(positions)} items, {len(positions) - len(shown)} older "
             f"ones not shown)</h3><table><tr><th>pos</th><th>item</th><th>attention</th>"
             f"<th></th></tr>{''.join(lines)}</table><p>top-{k} recommendations:</p>"
-            f"<ol>{recs}</ol></div>")
+            f"<ol>{recs}</ol></div>"
+        )
     return "".join(parts)
 
 
@@ -223,18 +236,22 @@ def _html(summary: dict, images: dict[str, bytes], examples: str) -> str:
         svm = head["svm"]["selected"]
         cells = [f"{tag}", f"{head['attention_on_selected'].get('median', float('nan')):.3f}"]
         for name, info in head["scores"].items():
-            cells.append(f"{name}: {info['selected_is_optimal']:.1%} "
-                         f"(g/l/n {info['classes']['global']}/{info['classes']['local']}/"
-                         f"{info['classes']['neither']})")
+            cells.append(
+                f"{name}: {info['selected_is_optimal']:.1%} "
+                f"(g/l/n {info['classes']['global']}/{info['classes']['local']}/"
+                f"{info['classes']['neither']})"
+            )
         for norm in ("frobenius", "nuclear"):
             s = svm.get(norm)
-            cells.append("—" if s is None else
-                         f"{s['correlation']:.3f} ({s['kind']}, rank {s['rank']})")
+            cells.append(
+                "—" if s is None else f"{s['correlation']:.3f} ({s['kind']}, rank {s['rank']})"
+            )
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     figures = "".join(
         f"<figure><img alt='{html.escape(n)}' src='data:image/png;base64,"
         f"{base64.b64encode(b).decode()}'><figcaption>{html.escape(n)}</figcaption></figure>"
-        for n, b in images.items())
+        for n, b in images.items()
+    )
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in summary["notes"])
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>attnsvm lens</title>"
@@ -244,9 +261,12 @@ def _html(summary: dict, images: dict[str, bytes], examples: str) -> str:
         "optimal (global / only local / neither); correlation of the head's W with the Att-SVM "
         "of its selected tokens.</p><table><tr><th>head</th><th>attention</th>"
         + "".join(f"<th>{html.escape(n)} score</th>" for n in summary["score_kinds"])
-        + "<th>corr W^mm_F</th><th>corr W^mm_*</th></tr>" + "".join(rows) + "</table>"
+        + "<th>corr W^mm_F</th><th>corr W^mm_*</th></tr>"
+        + "".join(rows)
+        + "</table>"
         f"<ul>{notes}</ul><h2>Plots</h2>{figures}<h2>Example users</h2>{examples}"
-        "</body></html>")
+        "</body></html>"
+    )
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
@@ -282,9 +302,18 @@ def _analyse_heads(jobs: list, C: float, done: Callable[[], None]) -> list[HeadA
     return analyses
 
 
-def write_report(run_dir, out_dir=None, sequences: int = 200, layer: int | None = None,
-                 head: int | None = None, *, titles: str | Path | None = None,
-                 C: float = SOFT_MARGIN_C, seed: int = 0, progress: bool = True) -> Path:
+def write_report(
+    run_dir,
+    out_dir=None,
+    sequences: int = 200,
+    layer: int | None = None,
+    head: int | None = None,
+    *,
+    titles: str | Path | None = None,
+    C: float = SOFT_MARGIN_C,
+    seed: int = 0,
+    progress: bool = True,
+) -> Path:
     """Write the lens report of ``run_dir`` and return the path of ``report.html``.
 
     BLAS runs on one thread meanwhile: the Att-SVM solves factorise many small matrices, where
@@ -292,28 +321,48 @@ def write_report(run_dir, out_dir=None, sequences: int = 200, layer: int | None 
     OpenBLAS's threads on a busy 2-core machine, 0.5 ms without).
     """
     with threadpool_limits(limits=1, user_api="blas"):
-        return _write_report(run_dir, out_dir, sequences, layer, head, titles=titles, C=C,
-                             seed=seed, progress=progress)
+        return _write_report(
+            run_dir,
+            out_dir,
+            sequences,
+            layer,
+            head,
+            titles=titles,
+            C=C,
+            seed=seed,
+            progress=progress,
+        )
 
 
-def _write_report(run_dir, out_dir, sequences: int, layer: int | None, head: int | None, *,
-                  titles: str | Path | None, C: float, seed: int, progress: bool) -> Path:
+def _write_report(
+    run_dir,
+    out_dir,
+    sequences: int,
+    layer: int | None,
+    head: int | None,
+    *,
+    titles: str | Path | None,
+    C: float,
+    seed: int,
+    progress: bool,
+) -> Path:
     from attnsvm.rec.data.datasets import load_dataset
     from attnsvm.rec.data.splits import leave_one_out
     from attnsvm.rec.train import load_run
 
     run = load_run(run_dir)
     if run.baseline:
-        raise LensError(f"{run.run_dir}: {run.config.model.name} is a non-neural baseline; "
-                        "it has no attention to read")
+        raise LensError(
+            f"{run.run_dir}: {run.config.model.name} is a non-neural baseline; "
+            "it has no attention to read"
+        )
     out = Path(out_dir) if out_dir is not None else run.run_dir / "lens"
     if sequences < 1:
         raise LensError(f"sequences must be ≥ 1, got {sequences}")
     split = leave_one_out(load_dataset(run.config.data.dataset, root=run.config.data.root))
     test = split.test
     rng = np.random.default_rng(seed)
-    rows = np.sort(rng.choice(len(test.users), size=min(sequences, len(test.users)),
-                              replace=False))
+    rows = np.sort(rng.choice(len(test.users), size=min(sequences, len(test.users)), replace=False))
     windows = test.history.padded(run.max_len, rows)
     targets = np.array([test.targets.row(r)[0] for r in rows])
     item_seq = run.model.scoring_input(torch.from_numpy(windows))
@@ -321,19 +370,25 @@ def _write_report(run_dir, out_dir, sequences: int, layer: int | None, head: int
     grid = head_grid(model64, layer, head)
     views = extract(model64, item_seq, grid)
     checkpoint_epoch = _checkpoint_epoch(run.run_dir)
-    notes = [f"token scores use the true next item (the leave-one-out test target); soft-margin "
-             f"C = {C} where a hard-margin Att-SVM is infeasible"]
+    notes = [
+        f"token scores use the true next item (the leave-one-out test target); soft-margin "
+        f"C = {C} where a hard-margin Att-SVM is infeasible"
+    ]
     jobs = []
     for view in views:
         scores = {"linear": linear_scores(model64, item_seq, targets, view.layer, view.head)}
         try:
             scores["counterfactual"] = counterfactual_scores(
-                model64, item_seq, targets, view.layer, view.head)
+                model64, item_seq, targets, view.layer, view.head
+            )
         except LensError as error:
             if str(error) not in notes:
                 notes.append(str(error))
-        snapshots = [(epoch, W) for epoch, W in _snapshots(run.run_dir, view.layer, view.head)
-                     if checkpoint_epoch is None or epoch <= checkpoint_epoch]
+        snapshots = [
+            (epoch, W)
+            for epoch, W in _snapshots(run.run_dir, view.layer, view.head)
+            if checkpoint_epoch is None or epoch <= checkpoint_epoch
+        ]
         jobs.append((view, scores, snapshots))
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("lens: Att-SVMs per head", total=len(jobs))
@@ -342,8 +397,10 @@ def _write_report(run_dir, out_dir, sequences: int, layer: int | None, head: int
     for analysis, (view, scores, _) in zip(analyses, jobs, strict=True):
         images.update(_plots(analysis, view, scores))
     if not (run.run_dir / "attention").is_dir():
-        notes.append("no attention/ snapshots in the run directory (train with the "
-                     "AttentionSnapshots callback to follow the correlation over epochs)")
+        notes.append(
+            "no attention/ snapshots in the run directory (train with the "
+            "AttentionSnapshots callback to follow the correlation over epochs)"
+        )
     title_path = Path(titles) if titles is not None else find_titles(run.config)
     item_titles = read_titles(title_path) if title_path is not None else {}
     summary = {
@@ -362,7 +419,6 @@ def _write_report(run_dir, out_dir, sequences: int, layer: int | None, head: int
     atomic_write_text(out / "lens.json", json.dumps(summary, indent=1) + "\n")
     for name, data in images.items():
         _write_bytes(out / name, data)
-    examples = _example_html(run, test.users[rows], windows, targets, analyses, item_titles,
-                             views)
+    examples = _example_html(run, test.users[rows], windows, targets, analyses, item_titles, views)
     atomic_write_text(out / "report.html", _html(summary, images, examples))
     return out / "report.html"

@@ -72,8 +72,10 @@ def _encoder(model64: SequentialRecommender) -> TransformerEncoder:
 def _block_inputs(model64: SequentialRecommender, item_seq: torch.Tensor):
     """The residual stream entering every block, ``[(n, L, D), …]``."""
     captured: list[torch.Tensor] = []
-    hooks = [block.register_forward_pre_hook(lambda _, args: captured.append(args[0]))
-             for block in _encoder(model64).blocks]
+    hooks = [
+        block.register_forward_pre_hook(lambda _, args: captured.append(args[0]))
+        for block in _encoder(model64).blocks
+    ]
     try:
         with torch.inference_mode():
             model64(item_seq)
@@ -83,8 +85,9 @@ def _block_inputs(model64: SequentialRecommender, item_seq: torch.Tensor):
     return captured
 
 
-def _last_query_attention(block: TransformerBlock, query_in, prefix_keys, prefix_valid,
-                          last_keys, forced):
+def _last_query_attention(
+    block: TransformerBlock, query_in, prefix_keys, prefix_valid, last_keys, forced
+):
     """Attention output of the last query, for C candidate last-position inputs at once.
 
     ``query_in``, ``last_keys`` (n, C, D); ``prefix_keys`` (n, P, D) shared by the candidates;
@@ -118,8 +121,9 @@ def _last_position_block(block: TransformerBlock, prefix, prefix_valid, last, fo
     """The block's output at the last position (n, C, D), as ``TransformerBlock.forward``."""
     if block.norm == "pre":
         normed = block.attention_norm(last)
-        attended = _last_query_attention(block, normed, block.attention_norm(prefix),
-                                         prefix_valid, normed, forced)
+        attended = _last_query_attention(
+            block, normed, block.attention_norm(prefix), prefix_valid, normed, forced
+        )
         out = last + attended
         return out + block.feed_forward(block.ffn_norm(out))
     if block.norm == "post":
@@ -139,15 +143,21 @@ def _direct_path_norms(encoder: TransformerEncoder, layer: int) -> list[nn.Layer
     layout = blocks[layer].norm
     if layout == "pre":
         return [encoder.final_norm]
-    later = [norm for block in blocks[layer + 1:]
-             for norm in (block.attention_norm, block.ffn_norm)]
+    later = [
+        norm for block in blocks[layer + 1 :] for norm in (block.attention_norm, block.ffn_norm)
+    ]
     if layout == "post":
         return [blocks[layer].attention_norm, blocks[layer].ffn_norm, *later]
     return [blocks[layer].ffn_norm, *later, encoder.final_norm]
 
 
-def linear_scores(model64: SequentialRecommender, item_seq: torch.Tensor, targets: np.ndarray,
-                  layer: int, head: int) -> np.ndarray:
+def linear_scores(
+    model64: SequentialRecommender,
+    item_seq: torch.Tensor,
+    targets: np.ndarray,
+    layer: int,
+    head: int,
+) -> np.ndarray:
     """``(n, L)`` linear scores γ of one head (NaN at padding); float64 model and windows."""
     encoder = _transformer_encoder(model64)
     norms = _direct_path_norms(encoder, layer)
@@ -156,6 +166,7 @@ def linear_scores(model64: SequentialRecommender, item_seq: torch.Tensor, target
     def keep_last_position(index: int):
         def hook(_, args) -> None:  # returning None leaves the LayerNorm's input as it is
             inputs[index] = args[0][:, -1]
+
         return hook
 
     hooks = [norm.register_forward_pre_hook(keep_last_position(i)) for i, norm in enumerate(norms)]
@@ -182,9 +193,14 @@ def linear_scores(model64: SequentialRecommender, item_seq: torch.Tensor, target
     return np.where((item_seq != 0).numpy(), scores, np.nan)
 
 
-def forced_target_logits(model64: SequentialRecommender, item_seq: torch.Tensor,
-                         targets: np.ndarray, layer: int, head: int,
-                         mixing: torch.Tensor) -> np.ndarray:
+def forced_target_logits(
+    model64: SequentialRecommender,
+    item_seq: torch.Tensor,
+    targets: np.ndarray,
+    layer: int,
+    head: int,
+    mixing: torch.Tensor,
+) -> np.ndarray:
     """``(n, C)`` logits of ``targets`` when head ``head`` of layer ``layer`` mixes the values of
     the last query's keys with ``mixing (n, C, L)`` (rows of attention weights) instead of its own
     softmax; everything else runs as the model does (eval mode, float64)."""
@@ -198,8 +214,9 @@ def forced_target_logits(model64: SequentialRecommender, item_seq: torch.Tensor,
         last = inputs[layer][:, -1:].expand(-1, C, -1)
         for i in range(layer, len(encoder.blocks)):
             forced = (head, mixing) if i == layer else None
-            last = _last_position_block(encoder.blocks[i], inputs[i][:, :-1], prefix_valid,
-                                        last, forced)
+            last = _last_position_block(
+                encoder.blocks[i], inputs[i][:, :-1], prefix_valid, last, forced
+            )
         hidden = encoder.final_norm(last)
         logits = torch.einsum("ncd,nd->nc", hidden, embedding)
         if bias is not None:
@@ -207,9 +224,14 @@ def forced_target_logits(model64: SequentialRecommender, item_seq: torch.Tensor,
     return logits.numpy()
 
 
-def counterfactual_scores(model64: SequentialRecommender, item_seq: torch.Tensor,
-                          targets: np.ndarray, layer: int, head: int,
-                          chunk: int = 32) -> np.ndarray:
+def counterfactual_scores(
+    model64: SequentialRecommender,
+    item_seq: torch.Tensor,
+    targets: np.ndarray,
+    layer: int,
+    head: int,
+    chunk: int = 32,
+) -> np.ndarray:
     """``(n, L)`` counterfactual scores (NaN at padding), in chunks of ``chunk`` sequences."""
     n, L = item_seq.shape
     out = np.full((n, L), np.nan)
@@ -228,4 +250,3 @@ def key_inputs(model64: SequentialRecommender, item_seq: torch.Tensor, layer: in
     with torch.inference_mode():
         out = model64(item_seq, return_layer_inputs=True)
     return out.layer_inputs[layer].key
-

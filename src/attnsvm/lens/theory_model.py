@@ -37,19 +37,25 @@ class TheoryHead:
 
 def analyse_seed(instances: Instances, trajectory: Trajectory, s: int) -> HeadAnalysis:
     """The lens's reading of seed index ``s`` after the trajectory's last step."""
-    view = TheoryHead(instances.X[s], instances.Z[s], trajectory.final_probs[s],
-                      trajectory.final_W[s])
+    view = TheoryHead(
+        instances.X[s], instances.Z[s], trajectory.final_probs[s], trajectory.final_W[s]
+    )
     scores = {"linear": token_scores(instances.X[s], instances.Y[s], instances.v[s])}
     return analyse_head(view, scores)
 
 
-def local_convergence(seeds, parameterization: str, *, n: int = 6, T: int = 8, d: int = 10,
-                      steps: int = 2000) -> tuple[Instances, Trajectory, list[HeadAnalysis]]:
+def local_convergence(
+    seeds, parameterization: str, *, n: int = 6, T: int = 8, d: int = 10, steps: int = 2000
+) -> tuple[Instances, Trajectory, list[HeadAnalysis]]:
     """The paper's local-convergence setting (theory.md §3.3) trained by normalised GD, read by
     the lens seed by seed."""
     instances = paper_instances(seeds, n, T, d)
     problem = AttentionProblem.from_instances(instances)
-    trajectory = train(problem, default_init(seeds, d, parameterization), steps=steps,
-                       checkpoints=[steps])
-    return instances, trajectory, [analyse_seed(instances, trajectory, s)
-                                   for s in range(len(instances.X))]
+    trajectory = train(
+        problem, default_init(seeds, d, parameterization), steps=steps, checkpoints=[steps]
+    )
+    return (
+        instances,
+        trajectory,
+        [analyse_seed(instances, trajectory, s) for s in range(len(instances.X))],
+    )

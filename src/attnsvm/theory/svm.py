@@ -338,8 +338,11 @@ def _nuclear_ipm(delta, zeta, frobenius_margins):
         if not violated.any():
             y = np.zeros(len(delta))
             y[rows] = y_rows
-            info = {"rounds": rounds, "working_set": len(rows),
-                    "ipm_iterations": solution.iterations}
+            info = {
+                "rounds": rounds,
+                "working_set": len(rows),
+                "ipm_iterations": solution.iterations,
+            }
             if clarabel_rounds:
                 info.update(cvxpy_solver="CLARABEL", clarabel_rounds=clarabel_rounds)
             return B, y, info

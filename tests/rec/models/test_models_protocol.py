@@ -102,8 +102,9 @@ def test_sasrec_scores_do_not_depend_on_leading_padding(norm: str) -> None:
     net = model("sasrec", norm=norm)
     assert net.padding_free
     seq = sequences()[1:]  # the longest history starts at column 5
-    torch.testing.assert_close(net.score_last(seq[:, 5:]), net.score_last(seq), rtol=1e-12,
-                               atol=1e-12)
+    torch.testing.assert_close(
+        net.score_last(seq[:, 5:]), net.score_last(seq), rtol=1e-12, atol=1e-12
+    )
 
 
 def test_bert4rec_appends_the_mask_token() -> None:

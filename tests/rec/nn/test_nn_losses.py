@@ -168,16 +168,16 @@ def test_chunked_ce_is_exact_when_the_target_probability_underflows() -> None:
     # float32: the target's logit 200 below the best one gives p = e^-200 = 0 after rounding;
     # the loss must still be the exact 200 + log(1 + …), not inf or a clamp
     hidden = torch.tensor([[1.0, 0.0], [0.0, 1.0]], requires_grad=True)
-    embedding = torch.tensor([[0.0, 0.0], [200.0, 0.0], [0.0, 0.0], [0.0, 3.0]],
-                             requires_grad=True)
+    embedding = torch.tensor([[0.0, 0.0], [200.0, 0.0], [0.0, 0.0], [0.0, 3.0]], requires_grad=True)
     positives = torch.tensor([2, 3])
     loss = full_ce_loss(hidden, positives, embedding, chunk_size=1)
     reference = naive_ce(hidden, positives, embedding, None)
     assert torch.isfinite(loss) and loss.item() > 99.0
     torch.testing.assert_close(loss, reference)
     loss.backward()
-    g_h, g_e = torch.autograd.grad(naive_ce(hidden, positives, embedding, None),
-                                   [hidden, embedding])
+    g_h, g_e = torch.autograd.grad(
+        naive_ce(hidden, positives, embedding, None), [hidden, embedding]
+    )
     torch.testing.assert_close(hidden.grad, g_h)
     torch.testing.assert_close(embedding.grad, g_e)
 

@@ -53,8 +53,20 @@ def test_baseline_settings_and_losses_are_checked(walks):
 def test_cli_trains_compares_and_recommends_with_a_baseline(walks, tmp_path):
     runner = CliRunner()
     out = tmp_path / "vsknn"
-    result = runner.invoke(app, ["train", "--model", "vsknn", "--data", str(walks), "--out",
-                                 str(out), "--set", "model.neighbours=10"])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--model",
+            "vsknn",
+            "--data",
+            str(walks),
+            "--out",
+            str(out),
+            "--set",
+            "model.neighbours=10",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "run directory" in result.output
     evaluated = runner.invoke(app, ["evaluate", str(out)])

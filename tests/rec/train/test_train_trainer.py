@@ -164,8 +164,11 @@ def test_demo_learns_the_planted_structure(tmp_path):
 
 @pytest.mark.parametrize(
     "loss",
-    [LossConfig(name="ce"), LossConfig(name="bce", num_negatives=3),
-     LossConfig(name="sampled_softmax", num_negatives=5)],
+    [
+        LossConfig(name="ce"),
+        LossConfig(name="bce", num_negatives=3),
+        LossConfig(name="sampled_softmax", num_negatives=5),
+    ],
     ids=lambda loss: loss.name,
 )
 def test_length_groups_take_the_same_step_as_the_whole_batch(walks, loss):
@@ -180,7 +183,8 @@ def test_length_groups_take_the_same_step_as_the_whole_batch(walks, loss):
     for groups in (1, 4):
         config = tiny_config(walks, model="sasrec", dropout=0.0, loss=loss)
         config = dataclasses.replace(
-            config, train=dataclasses.replace(config.train, length_groups=groups, grad_clip=None))
+            config, train=dataclasses.replace(config.train, length_groups=groups, grad_clip=None)
+        )
         split = load_split(config.data)
         torch.manual_seed(0)
         model = build(config, split.num_items)

@@ -33,8 +33,9 @@ def naive_scan(u, delta, A, B, C, D):
             for t in range(length):
                 out = 0.0
                 for n in range(states):
-                    h[n] = (math.exp(float(delta[b, t, d] * A[d, n])) * h[n]
-                            + float(delta[b, t, d] * B[b, t, n] * u[b, t, d]))
+                    h[n] = math.exp(float(delta[b, t, d] * A[d, n])) * h[n] + float(
+                        delta[b, t, d] * B[b, t, n] * u[b, t, d]
+                    )
                     out += float(C[b, t, n]) * h[n]
                 y[b, t, d] = out + float(D[d] * u[b, t, d])
     return y
@@ -52,8 +53,9 @@ def test_selective_scan_equals_the_naive_recurrence(scan: str) -> None:
     B, C = rand(batch, length, states), rand(batch, length, states)
     delta = torch.nn.functional.softplus(rand(batch, length, channels))
     A, D = -torch.exp(rand(channels, states)), rand(channels)
-    expected = naive_scan(u.double(), delta.double(), A.double(), B.double(), C.double(),
-                          D.double())
+    expected = naive_scan(
+        u.double(), delta.double(), A.double(), B.double(), C.double(), D.double()
+    )
     got = selective_scan(u, delta, A, B, C, D, scan)
     torch.testing.assert_close(got.double(), expected, atol=1e-5, rtol=1e-5)
 
@@ -64,8 +66,7 @@ def test_matrrec_scans_agree_inside_the_model_and_padding_is_inert() -> None:
     seq = torch.randint(1, NUM_ITEMS + 1, (2, MAX_LEN))
     seq[1, :3] = 0
     torch.testing.assert_close(parallel(seq), sequential(seq), atol=1e-10, rtol=0)
-    torch.testing.assert_close(sequential(seq[1:, 3:]), sequential(seq)[1:, 3:], atol=1e-10,
-                               rtol=0)
+    torch.testing.assert_close(sequential(seq[1:, 3:]), sequential(seq)[1:, 3:], atol=1e-10, rtol=0)
 
 
 def test_matrrec_mamba_ssm_backend_needs_the_package() -> None:
@@ -104,8 +105,11 @@ def test_actsr_adversarial_step_changes_only_the_attack_projections() -> None:
         return full_ce_loss(hidden[:, -1], targets, model.output_embedding())
 
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    attack_names = {name for name, p in model.named_parameters()
-                    if any(p is a for a in model.attack_parameters())}
+    attack_names = {
+        name
+        for name, p in model.named_parameters()
+        if any(p is a for a in model.attack_parameters())
+    }
     assert attack_names and all("attack_" in name for name in attack_names)
     optimizer = torch.optim.SGD(model.attack_parameters(), lr=0.5)
     adversarial_step(model, seq, loss_of_hidden, optimizer)
@@ -120,8 +124,9 @@ def test_actsr_adversarial_step_changes_only_the_attack_projections() -> None:
 def test_actsr_recommendation_loss_does_not_train_the_attack_projections() -> None:
     model = make_model("actsr")
     seq = torch.randint(1, NUM_ITEMS + 1, (6, MAX_LEN))
-    loss = full_ce_loss(model(seq)[:, -1], torch.randint(1, NUM_ITEMS + 1, (6,)),
-                        model.output_embedding())
+    loss = full_ce_loss(
+        model(seq)[:, -1], torch.randint(1, NUM_ITEMS + 1, (6,)), model.output_embedding()
+    )
     loss.backward()
     assert all(p.grad is None or not p.grad.any() for p in model.attack_parameters())
     trained = calibrated_parameters(model)

@@ -80,8 +80,11 @@ def test_non_causal_mixers_do_read_later_items(name: str) -> None:
 def test_last_position_training_never_puts_the_target_in_the_input(name: str) -> None:
     """Under "last" the trainer's window ends before the target; the scored output is the last
     position of that window, so the target cannot reach it, and scores ignore padding length."""
-    model = make_model(name, **({} if name in ("bsarec", "adamct", "strec") else
-                                {"objective": "last"})).double().eval()
+    model = (
+        make_model(name, **({} if name in ("bsarec", "adamct", "strec") else {"objective": "last"}))
+        .double()
+        .eval()
+    )
     train = tiny_sequences(rows=5)
     examples = make_examples(train, "last")
     batch = make_batch(train, examples, np.arange(len(examples)), "last", MAX_LEN)
@@ -89,16 +92,18 @@ def test_last_position_training_never_puts_the_target_in_the_input(name: str) ->
         row = train.row(int(examples.rows[r]))
         assert int(batch.targets[r]) == row[examples.ends[r]]
         window = batch.inputs[r][batch.inputs[r] != 0].numpy()
-        np.testing.assert_array_equal(window, row[max(0, examples.ends[r] - MAX_LEN):
-                                                  examples.ends[r]])
+        np.testing.assert_array_equal(
+            window, row[max(0, examples.ends[r] - MAX_LEN) : examples.ends[r]]
+        )
     if name in ("bsarec", "strec"):
         return  # their FFT bins / query counts depend on the window length: always max_len
     # the output used for the target equals the output for the window alone, padded or not
     short = batch.inputs[:8, -4:]
     full = torch.nn.functional.pad(short, (MAX_LEN - 4, 0))
     users = torch.zeros(8, dtype=torch.long)
-    torch.testing.assert_close(run(model, full, users)[:, -1], run(model, short, users)[:, -1],
-                               atol=1e-10, rtol=0)
+    torch.testing.assert_close(
+        run(model, full, users)[:, -1], run(model, short, users)[:, -1], atol=1e-10, rtol=0
+    )
 
 
 @pytest.mark.parametrize("name", ["bsarec", "ssept", "actsr", "adamct", "matrrec", "strec"])

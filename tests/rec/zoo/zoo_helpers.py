@@ -14,8 +14,14 @@ from attnsvm.rec.train.objectives import make_batch, make_examples
 
 NUM_ITEMS = 30
 MAX_LEN = 8
-SMALL = {"hidden_size": 32, "ffn_size": 32, "num_heads": 2, "max_len": MAX_LEN,
-         "dropout": 0.0, "attention_dropout": 0.0}
+SMALL = {
+    "hidden_size": 32,
+    "ffn_size": 32,
+    "num_heads": 2,
+    "max_len": MAX_LEN,
+    "dropout": 0.0,
+    "attention_dropout": 0.0,
+}
 MODEL_OVERRIDES = {
     "bsarec": {},
     "ssept": {"num_users": 20, "user_size": 8, "user_sse": 0.0, "item_sse": 0.0},
@@ -47,8 +53,10 @@ def make_model(name: str, seed: int = 0, **overrides) -> torch.nn.Module:
 def tiny_sequences(rows: int = 12, length: int = MAX_LEN + 1, seed: int = 0) -> Sequences:
     rng = np.random.default_rng(seed)
     return Sequences.from_lists(
-        [rng.choice(np.arange(1, NUM_ITEMS + 1), size=length, replace=False).tolist()
-         for _ in range(rows)]
+        [
+            rng.choice(np.arange(1, NUM_ITEMS + 1), size=length, replace=False).tolist()
+            for _ in range(rows)
+        ]
     )
 
 

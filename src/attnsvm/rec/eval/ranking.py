@@ -129,8 +129,12 @@ def rank_topk(
         raise ValueError(f"batch_size={batch_size} must be >= 1")
     check_item_ids(task, num_items)
     order = np.argsort(-task.history.lengths, kind="stable")
-    ordered = EvalTask(task.users[order], task.history.select(order),
-                       task.targets.select(order), task.exclude.select(order))
+    ordered = EvalTask(
+        task.users[order],
+        task.history.select(order),
+        task.targets.select(order),
+        task.exclude.select(order),
+    )
     out = np.zeros((len(task), k), dtype=np.int64)
     with torch.inference_mode():
         for start in range(0, len(task), batch_size):

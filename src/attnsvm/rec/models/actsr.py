@@ -96,8 +96,12 @@ class CalibratedAttention(MultiHeadAttention):
         return (q @ k.transpose(-2, -1) + order_term + distance_term) / math.sqrt(q.shape[-1])
 
     def forward(
-        self, query_input: torch.Tensor, key_input: torch.Tensor, keep_mask: torch.Tensor,
-        return_weights: bool = False, stream: str = "calibrated",
+        self,
+        query_input: torch.Tensor,
+        key_input: torch.Tensor,
+        keep_mask: torch.Tensor,
+        return_weights: bool = False,
+        stream: str = "calibrated",
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         q = self._heads(self.q_proj(query_input))
         k = self._heads(self.k_proj(key_input))
@@ -176,8 +180,11 @@ class ACTSR(SequentialRecommender):
         return adversarial_step(self, item_seq, loss_of_hidden, attack_optimizer)
 
     def forward(
-        self, item_seq: torch.Tensor, return_attention: bool = False,
-        return_layer_inputs: bool = False, stream: str = "calibrated",
+        self,
+        item_seq: torch.Tensor,
+        return_attention: bool = False,
+        return_layer_inputs: bool = False,
+        stream: str = "calibrated",
     ) -> torch.Tensor | EncoderOutput:
         self.check_input(item_seq)
         if stream not in STREAMS:
@@ -194,7 +201,8 @@ class ACTSR(SequentialRecommender):
         if not (return_attention or return_layer_inputs):
             return hidden
         return EncoderOutput(
-            hidden, attention if return_attention else None,
+            hidden,
+            attention if return_attention else None,
             inputs if return_layer_inputs else None,
         )
 

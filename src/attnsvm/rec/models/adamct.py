@@ -52,9 +52,7 @@ class AdaMCTConfig(TransformerConfig):
                 f"got {self.kernel_size}"
             )
         if not 1 <= self.se_ratio <= self.max_len:
-            raise ValueError(
-                f"AdaMCTConfig.se_ratio must lie in [1, max_len], got {self.se_ratio}"
-            )
+            raise ValueError(f"AdaMCTConfig.se_ratio must lie in [1, max_len], got {self.se_ratio}")
         if self.objective != "last":
             raise ValueError(
                 f"AdaMCTConfig.objective must be 'last', got {self.objective!r}: the centred "
@@ -114,7 +112,9 @@ class AdaMCT(SequentialRecommender):
         self.init_weights()
 
     def forward(
-        self, item_seq: torch.Tensor, return_attention: bool = False,
+        self,
+        item_seq: torch.Tensor,
+        return_attention: bool = False,
         return_layer_inputs: bool = False,
     ) -> torch.Tensor | EncoderOutput:
         self.check_input(item_seq)
@@ -133,6 +133,7 @@ class AdaMCT(SequentialRecommender):
         if not (return_attention or return_layer_inputs):
             return hidden
         return EncoderOutput(
-            hidden, attention if return_attention else None,
+            hidden,
+            attention if return_attention else None,
             inputs if return_layer_inputs else None,
         )

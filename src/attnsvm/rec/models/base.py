@@ -124,8 +124,10 @@ class TransformerConfig(Config):
                 )
         smallest = 0 if self.ffn_optional else 1
         if self.ffn_size < smallest:
-            raise ValueError(f"{type(self).__name__}.ffn_size must be ≥ {smallest}"
-                             f"{' (0: no FFN)' if self.ffn_optional else ''}, got {self.ffn_size}")
+            raise ValueError(
+                f"{type(self).__name__}.ffn_size must be ≥ {smallest}"
+                f"{' (0: no FFN)' if self.ffn_optional else ''}, got {self.ffn_size}"
+            )
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"{type(self).__name__}.hidden_size {self.hidden_size} is not divisible by "
@@ -232,8 +234,12 @@ class SequentialRecommender(nn.Module):
             self.num_items, config.hidden_size, separate_output=config.separate_output_embedding
         )
         self.embed = SequenceEmbedding(
-            self.items, config.max_len, config.position, scale=config.scale_embeddings,
-            layer_norm=layer_norm, dropout=config.dropout,
+            self.items,
+            config.max_len,
+            config.position,
+            scale=config.scale_embeddings,
+            layer_norm=layer_norm,
+            dropout=config.dropout,
         )
 
     def init_weights(self) -> None:

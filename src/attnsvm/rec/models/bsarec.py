@@ -115,7 +115,9 @@ class BSARec(SequentialRecommender):
         self.init_weights()
 
     def forward(
-        self, item_seq: torch.Tensor, return_attention: bool = False,
+        self,
+        item_seq: torch.Tensor,
+        return_attention: bool = False,
         return_layer_inputs: bool = False,
     ) -> torch.Tensor | EncoderOutput:
         self.check_input(item_seq)
@@ -131,6 +133,7 @@ class BSARec(SequentialRecommender):
         if not (return_attention or return_layer_inputs):
             return hidden
         return EncoderOutput(
-            hidden, attention if return_attention else None,
+            hidden,
+            attention if return_attention else None,
             inputs if return_layer_inputs else None,
         )

@@ -81,9 +81,7 @@ class ConvFormerLayer(nn.Module):
     def __init__(self, config: ConvFormerConfig) -> None:
         super().__init__()
         dim = config.hidden_size
-        self.conv = CausalDepthwiseConv(
-            dim, config.kernel_size, config.kernel_init_std, config.fft
-        )
+        self.conv = CausalDepthwiseConv(dim, config.kernel_size, config.kernel_init_std, config.fft)
         self.conv_norm = nn.LayerNorm(dim)
         self.ffn = PointwiseFFN(dim, config.ffn_size, config.activation, config.dropout)
         self.ffn_norm = nn.LayerNorm(dim)

@@ -144,8 +144,9 @@ class SessionKNN:
         is_match = (history_position == best[entry_pair]) & (history_position > 0)
         match = np.zeros(neighbour.size)
         np.maximum.at(match, entry_pair[is_match], rows.data[is_match])
-        vote = similarity[entry_pair] * np.exp(-np.abs(rows.data - match[entry_pair])
-                                               / self.lambda_inh)
+        vote = similarity[entry_pair] * np.exp(
+            -np.abs(rows.data - match[entry_pair]) / self.lambda_inh
+        )
         vote[best[entry_pair] == 0] = 0.0
         shape = (latest.shape[0], self.num_items + 1)
         return sp.csr_matrix((vote, (pair_query[entry_pair], rows.indices)), shape=shape).toarray()

@@ -73,8 +73,13 @@ class MaTrRecConfig(TransformerConfig):
 
 
 def selective_scan(
-    u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-    D: torch.Tensor, scan: str = "sequential",
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor,
+    scan: str = "sequential",
 ) -> torch.Tensor:
     """``y`` (b, L, d) of the recurrence above; u, Δ (b, L, d), A (d, N), B, C (b, L, N), D (d,)."""
     decay = torch.exp(delta.unsqueeze(-1) * A)  # (b, L, d, N)
@@ -101,8 +106,9 @@ def selective_scan(
 
 
 class Mamba(nn.Module):
-    def __init__(self, dim: int, state_size: int, conv_size: int, expand: int, scan: str,
-                 backend: str) -> None:
+    def __init__(
+        self, dim: int, state_size: int, conv_size: int, expand: int, scan: str, backend: str
+    ) -> None:
         super().__init__()
         inner = expand * dim
         self.rank = math.ceil(dim / 16)
@@ -132,8 +138,12 @@ class Mamba(nn.Module):
             from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
 
             y = selective_scan_fn(
-                u.transpose(1, 2).contiguous(), delta.transpose(1, 2).contiguous(), A,
-                B.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous(), self.D.float(),
+                u.transpose(1, 2).contiguous(),
+                delta.transpose(1, 2).contiguous(),
+                A,
+                B.transpose(1, 2).contiguous(),
+                C.transpose(1, 2).contiguous(),
+                self.D.float(),
             ).transpose(1, 2)
         else:
             y = selective_scan(u, delta, A.to(u.dtype), B, C, self.D, self.scan)
@@ -144,13 +154,19 @@ class MaTrRecLayer(nn.Module):
     def __init__(self, config: MaTrRecConfig) -> None:
         super().__init__()
         dim = config.hidden_size
-        self.mamba = Mamba(dim, config.state_size, config.conv_size, config.expand,
-                           config.scan, config.backend)
+        self.mamba = Mamba(
+            dim, config.state_size, config.conv_size, config.expand, config.scan, config.backend
+        )
         self.mamba_norm = nn.LayerNorm(dim)
         self.dropout = Dropout(config.dropout)
         self.transformer = TransformerBlock(
-            dim, config.num_heads, config.ffn_size, config.dropout, config.attention_dropout,
-            config.activation, "post",
+            dim,
+            config.num_heads,
+            config.ffn_size,
+            config.dropout,
+            config.attention_dropout,
+            config.activation,
+            "post",
         )
 
     def forward(self, x, keep_mask, valid, return_weights: bool):
@@ -173,7 +189,9 @@ class MaTrRec(SequentialRecommender):
             layer.mamba.reset_dt()
 
     def forward(
-        self, item_seq: torch.Tensor, return_attention: bool = False,
+        self,
+        item_seq: torch.Tensor,
+        return_attention: bool = False,
         return_layer_inputs: bool = False,
     ) -> torch.Tensor | EncoderOutput:
         self.check_input(item_seq)

@@ -70,16 +70,24 @@ class SSEPT(SequentialRecommender):
         self.users = nn.Embedding(config.num_users + 1, user_size)  # row 0: unknown user
         self.candidate_user_part = nn.Parameter(torch.zeros(user_size))
         if config.position == "learned_from_start":
-            raise ValueError("SSEPTConfig.position: 'learned_from_start' is not implemented for "
-                             "SSE-PT; use 'learned' or 'none'")
+            raise ValueError(
+                "SSEPTConfig.position: 'learned_from_start' is not implemented for "
+                "SSE-PT; use 'learned' or 'none'"
+            )
         self.position = nn.Embedding(config.max_len, dim) if config.position == "learned" else None
         self.item_sse = StochasticSharedEmbedding(num_items, config.item_sse)
         self.user_sse = StochasticSharedEmbedding(config.num_users, config.user_sse)
         self.dropout = Dropout(config.dropout)
         self.encoder = TransformerEncoder(
-            dim, config.num_blocks, config.num_heads, config.ffn_size, causal=True,
-            dropout=config.dropout, attention_dropout=config.attention_dropout,
-            activation=config.activation, norm=config.norm,
+            dim,
+            config.num_blocks,
+            config.num_heads,
+            config.ffn_size,
+            causal=True,
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            activation=config.activation,
+            norm=config.norm,
         )
         self.init_weights()
 
@@ -105,8 +113,11 @@ class SSEPT(SequentialRecommender):
         return self.dropout(x) * (item_seq != 0).unsqueeze(-1).to(x.dtype)
 
     def forward(
-        self, item_seq: torch.Tensor, users: torch.Tensor | None = None,
-        return_attention: bool = False, return_layer_inputs: bool = False,
+        self,
+        item_seq: torch.Tensor,
+        users: torch.Tensor | None = None,
+        return_attention: bool = False,
+        return_layer_inputs: bool = False,
     ) -> torch.Tensor | EncoderOutput:
         self.check_input(item_seq)
         out = self.encoder(

@@ -113,8 +113,11 @@ class STRec(SequentialRecommender):
         self.init_weights()
 
     def forward(
-        self, item_seq: torch.Tensor, timestamps: torch.Tensor | None = None,
-        return_attention: bool = False, return_layer_inputs: bool = False,
+        self,
+        item_seq: torch.Tensor,
+        timestamps: torch.Tensor | None = None,
+        return_attention: bool = False,
+        return_layer_inputs: bool = False,
     ) -> torch.Tensor | EncoderOutput:
         self.check_input(item_seq)
         if timestamps is None or timestamps.shape != item_seq.shape:

@@ -119,7 +119,13 @@ class TransformerEncoder(nn.Module):
         self.causal = causal
         self.blocks = nn.ModuleList(
             TransformerBlock(
-                dim, num_heads, ffn_size, dropout, attention_dropout, activation, norm,
+                dim,
+                num_heads,
+                ffn_size,
+                dropout,
+                attention_dropout,
+                activation,
+                norm,
                 attention_output_dropout,
             )
             for _ in range(num_blocks)

@@ -59,8 +59,12 @@ def train_baseline(config: RunConfig, run_dir: str | Path | None = None) -> RunR
     settings = {"name": config.model.name, **config.model.overrides}
     atomic_write_json(
         run.work / "model.json",
-        {"model": config.model.name, "num_items": split.num_items, "baseline": True,
-         "model_config": settings},
+        {
+            "model": config.model.name,
+            "num_items": split.num_items,
+            "baseline": True,
+            "model_config": settings,
+        },
     )
     maps = {"items": split.item_ids.tolist(), "users": split.user_ids.tolist()}
     atomic_write_json(run.work / "id_maps.json", maps)

@@ -44,8 +44,9 @@ class SAM(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _perturb(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        grads = [p.grad for group in self.param_groups for p in group["params"]
-                 if p.grad is not None]
+        grads = [
+            p.grad for group in self.param_groups for p in group["params"] if p.grad is not None
+        ]
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
         moved = []
         for group in self.param_groups:

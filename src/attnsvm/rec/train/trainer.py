@@ -427,8 +427,9 @@ class _Loop:
             positives = targets[rows][:, columns][mask] if per_position else targets[rows]
             group_negatives = negatives
             if negatives is not None and negatives.ndim == 2:
-                group_negatives = negatives[flat[rows][:, columns][mask] if per_position
-                                            else flat[rows]]
+                group_negatives = negatives[
+                    flat[rows][:, columns][mask] if per_position else flat[rows]
+                ]
             loss = self.loss.compute(
                 hidden,
                 positives,
@@ -445,8 +446,9 @@ class _Loop:
             self.optimizer.zero_grad(set_to_none=False)
             value = 0.0
             for rows, width in self._length_groups(inputs):
-                extras = model_inputs(self.model, users[rows],
-                                      None if times is None else times[rows][:, -width:])
+                extras = model_inputs(
+                    self.model, users[rows], None if times is None else times[rows][:, -width:]
+                )
                 with _autocast(device, self.config.train.bf16):
                     hidden = self.train_model(inputs[rows][:, -width:], **extras)
                     loss = loss_of_hidden(hidden, rows, width)
@@ -483,8 +485,9 @@ class _Loop:
             return [(slice(None), width)]
         lengths = (inputs != 0).sum(dim=1)
         order = torch.argsort(lengths, stable=True)
-        return [(rows, max(1, int(lengths[rows[-1]])))
-                for rows in torch.tensor_split(order, groups)]
+        return [
+            (rows, max(1, int(lengths[rows[-1]]))) for rows in torch.tensor_split(order, groups)
+        ]
 
     # -- one epoch ------------------------------------------------------------------------
 

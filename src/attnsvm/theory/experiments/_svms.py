@@ -12,7 +12,6 @@ from attnsvm.theory.svm import SVMResult, solve_frobenius, solve_nuclear
 FALLBACKS = {"nuclear_ipm_to_clarabel": 0}
 
 
-
 def nuclear(X, Z, alpha) -> SVMResult:
     """``solve_nuclear`` (interior point, Clarabel where it stalls), counting the stalls."""
     result = solve_nuclear(X, Z, alpha)
