@@ -89,6 +89,15 @@ TRANSFORMER_BENCHMARK = ((0.0921, 0.0531), "transformer_benchmark README, S3-Bea
 RUNS: dict[str, tuple[RunConfig, tuple[float, float], str]] = {
     "sasrec": (sasrec_bce({}), *KV_SASREC_BCE),
     "sasrec-kv-attention": (sasrec_bce(KV_ATTENTION), *KV_SASREC_BCE),
+    # K&V's (and SASRec's) negatives: never an item of the training row (K&V's
+    # LMDataset.sample_negatives draws from the items not in the row's window)
+    "sasrec-avoid-row": (
+        replace(
+            sasrec_bce({}),
+            loss=LossConfig(name="bce", num_negatives=1, negatives_avoid_row=True),
+        ),
+        *KV_SASREC_BCE,
+    ),
     "sasrec+": (sasrec_plus({}), *KV_SASREC_PLUS),
     "sasrec+kv-attention": (sasrec_plus(KV_ATTENTION), *KV_SASREC_PLUS),
     # the Glorot-uniform Q/K/V alone, with dropout on the attention output kept

@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnsvm.rec.data.samplers import avoid_row_items
 from attnsvm.rec.data.sequences import Sequences
 from attnsvm.rec.train.objectives import (
     NoTrainingData,
@@ -87,3 +88,52 @@ def test_negatives_are_real_items_and_never_the_positive(kind):
         assert not (negatives == 6).any()
     q = log_q(kind, popularity).exp()
     assert q[0] == 0 and torch.isclose(q.sum(), torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("kind", ["uniform", "popularity"])
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_negatives_avoid_every_item_of_their_row(kind, data):
+    num_items = data.draw(st.integers(4, 12))
+    num_rows = data.draw(st.integers(1, 5))
+    popularity = np.array([0] + [data.draw(st.integers(1, 9)) for _ in range(num_items)])
+    # each row holds at most num_items - 1 distinct items, so every row has something to draw
+    row_items = np.array(
+        [
+            data.draw(st.lists(st.integers(0, num_items), min_size=6, max_size=6))
+            for _ in range(num_rows)
+        ]
+    )
+    for row in row_items:
+        if len(set(row) - {0}) == num_items:
+            row[row == row.max()] = 0
+    rows = np.array(data.draw(st.lists(st.integers(0, num_rows - 1), min_size=1, max_size=20)))
+    sampler = negative_sampler(kind, popularity, seed=data.draw(st.integers(0, 99)))
+    negatives = sampler.sample(torch.ones(len(rows), dtype=torch.long), 7)
+    negatives = avoid_row_items(negatives, rows, row_items, sampler)
+    assert negatives.shape == (len(rows), 7)
+    for target, row in enumerate(rows):
+        assert not set(negatives[target].tolist()) & set(row_items[row].tolist())
+        assert negatives[target].min() >= 1 and negatives[target].max() <= num_items
+
+
+def test_row_avoiding_negatives_are_uniform_over_the_rest():
+    sampler = negative_sampler("uniform", np.ones(9), seed=0)  # items 1..8
+    row_items = np.array([[0, 2, 5, 7]])
+    negatives = sampler.sample(torch.full((20_000,), 2), 1)
+    negatives = avoid_row_items(negatives, np.zeros(20_000, dtype=int), row_items, sampler)
+    counts = np.bincount(negatives.numpy().ravel(), minlength=9)
+    assert counts[[0, 2, 5, 7]].sum() == 0
+    # 5 items left, 4,000 expected each; 5 sigma ≈ 280
+    assert np.abs(counts[[1, 3, 4, 6, 8]] - 4000).max() < 300
+
+
+def test_a_row_holding_every_item_is_a_clear_error():
+    sampler = negative_sampler("uniform", np.ones(4), seed=0)  # items 1..3
+    with pytest.raises(ValueError, match="training row 1 holds every item"):
+        avoid_row_items(
+            torch.ones(2, 1, dtype=torch.long),
+            np.array([0, 1]),
+            np.array([[1, 0, 0], [1, 2, 3]]),
+            sampler,
+        )

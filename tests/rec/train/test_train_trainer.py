@@ -199,3 +199,46 @@ def test_length_groups_take_the_same_step_as_the_whole_batch(walks, loss):
     for name, gradient in gradients[1].items():
         assert gradient.abs().sum() > 0 or name.startswith("items.position"), name
         torch.testing.assert_close(gradients[4][name], gradient, atol=1e-7, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize(("model", "loss_name"), [("sasrec", "bce"), ("bert4rec", "gbce")])
+def test_negatives_avoid_the_items_of_their_own_row(walks, monkeypatch, model, loss_name):
+    """With ``negatives_avoid_row`` the trainer hands each target's row to the sampler: the
+    positive lies in the row it is mapped to, and no negative does (cloze rows are the items
+    before masking)."""
+    from attnsvm.rec.train import distributed, trainer
+    from attnsvm.rec.train.trainer import _Loop, build, load_split
+
+    calls = []
+
+    def spy(negatives, rows, row_items, sampler):
+        result = trainer_avoid(negatives, rows, row_items, sampler)
+        calls.append((result, rows, row_items))
+        return result
+
+    trainer_avoid = trainer.avoid_row_items
+    monkeypatch.setattr(trainer, "avoid_row_items", spy)
+    loss = LossConfig(name=loss_name, num_negatives=4, negatives_avoid_row=True)
+    config = tiny_config(walks, model=model, dropout=0.0, loss=loss)
+    # one length group: the loss then sees the targets in row order
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, length_groups=1))
+    split = load_split(config.data)
+    loop = _Loop(config, split, build(config, split.num_items), distributed.Context())
+    generator = loop.begin_epoch(1)
+    positives = []
+    original_compute = LossConfig.compute
+
+    def compute(self, hidden, targets, *args, **kwargs):
+        positives.append(targets)
+        return original_compute(self, hidden, targets, *args, **kwargs)
+
+    monkeypatch.setattr(LossConfig, "compute", compute)
+    loop.train_step(np.arange(len(loop.examples)), generator)
+    ((negatives, rows, row_items),) = calls
+    assert len(rows) == len(negatives) == sum(len(p) for p in positives)
+    row_items = row_items.numpy()
+    for target, row in enumerate(rows):
+        assert not set(negatives[target].tolist()) & set(row_items[row].tolist())
+    # each target lies in the row it was mapped to
+    targets = torch.cat(positives).numpy()
+    assert all(targets[t] in row_items[row] for t, row in enumerate(rows))

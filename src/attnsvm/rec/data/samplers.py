@@ -8,6 +8,10 @@ returns the positive it is drawn for. Each is deterministic given its seed.
   "not the positive").
 * ``in_batch_sampler``: the batch's own non-padding positives, each occurrence equally likely
   (the sampled-softmax "in-batch" distribution).
+* ``avoid_row_items``: redraws, from the same sampler, every negative that is one of the items of
+  its own training row, as SASRec's and Klenitskiy & Vasilev's samplers do (they never offer a
+  user's own item as a negative); that samples from the distribution conditioned on "not one of
+  the row's items".
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ class UniformSampler:
             raise ValueError("uniform sampling needs at least 2 items")
         self.num_items = num_items
         self.rng = np.random.default_rng(seed)
+        self.support = np.ones(num_items + 1, dtype=bool)
+        self.support[0] = False
+
+    def draw(self, count: int) -> np.ndarray:
+        """``count`` independent draws from the unconditioned distribution."""
+        return self.rng.integers(1, self.num_items + 1, size=count)
 
     def sample(
         self,
@@ -56,6 +66,11 @@ class PopularitySampler:
         cumulative = np.cumsum(weights)
         self.cdf = cumulative / cumulative[-1]  # exactly 1.0 from the last positive weight on
         self.rng = np.random.default_rng(seed)
+        self.support = self.probability > 0
+
+    def draw(self, count: int) -> np.ndarray:
+        """``count`` independent draws from the unconditioned distribution."""
+        return self._draw((count,))
 
     @classmethod
     def from_items(
@@ -92,3 +107,33 @@ def in_batch_sampler(
     """A sampler over this batch's non-padding positives (frequency-weighted)."""
     pos = _as_numpy(positives).ravel()
     return PopularitySampler.from_items(pos[pos > 0], num_items, seed=seed)
+
+
+def avoid_row_items(
+    negatives: np.ndarray | torch.Tensor,
+    rows: np.ndarray,
+    row_items: np.ndarray,
+    sampler: UniformSampler | PopularitySampler,
+) -> torch.Tensor:
+    """``negatives`` (targets × k, drawn by ``sampler``) with every draw that is an item of its
+    target's row redrawn from ``sampler`` until none is.
+
+    ``rows[t]`` is target t's row of ``row_items`` (rows × width item ids, 0 = padding): the
+    items of that training row, its inputs and its targets. Raises ``ValueError`` when a row
+    holds every item the sampler can draw.
+    """
+    negatives = _as_numpy(negatives).copy()
+    row_items = _as_numpy(row_items)
+    seen = np.zeros((len(row_items), sampler.support.size), dtype=bool)
+    seen[np.arange(len(row_items))[:, None], row_items] = True
+    seen[:, 0] = False
+    exhausted = ~(sampler.support & ~seen).any(axis=1)
+    if exhausted.any():
+        row = int(np.flatnonzero(exhausted)[0])
+        raise ValueError(f"training row {row} holds every item the sampler can draw")
+    owner = np.broadcast_to(np.asarray(rows)[:, None], negatives.shape)
+    clash = seen[owner, negatives]
+    while clash.any():
+        negatives[clash] = sampler.draw(int(clash.sum()))
+        clash[clash] = seen[owner[clash], negatives[clash]]
+    return torch.from_numpy(negatives)

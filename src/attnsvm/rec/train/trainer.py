@@ -48,6 +48,7 @@ from attnsvm.rec.config import (
     save_config,
     validate,
 )
+from attnsvm.rec.data.samplers import avoid_row_items
 from attnsvm.rec.data.sequences import EvalTask
 from attnsvm.rec.data.splits import Split, leave_one_out
 from attnsvm.rec.eval.metrics import metrics_from_topk
@@ -399,6 +400,11 @@ class _Loop:
         if self.sampler is not None:
             positives = targets[has_target] if per_position else targets
             negatives = self.sampler.sample(positives, self.loss.num_negatives)
+            if self.loss.negatives_avoid_row:
+                # the row's items before any cloze masking: its inputs and its targets
+                row_items = torch.cat([batch.inputs, batch.targets.reshape(len(inputs), -1)], 1)
+                rows = torch.nonzero(has_target)[:, 0] if per_position else torch.arange(total)
+                negatives = avoid_row_items(negatives, rows.numpy(), row_items, self.sampler)
         owned = distributed.shard(len(inputs), self.context)
         before = int(has_target[: owned.start].sum())
         local_mask = has_target[owned]
