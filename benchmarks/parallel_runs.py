@@ -131,6 +131,7 @@ def default_jobs() -> list[Job]:
         Job("bert4rec", 0),
         Job("gsasrec", 0),
         Job("sasrec", 0),
+        Job("sasrec-avoid-row", 0),
         Job("sasrec+", 0),
         Job("sasrec-ss-beauty", 0),
     ]
