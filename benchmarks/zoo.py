@@ -265,7 +265,12 @@ def table(out: Path) -> str:
         hr = np.array([m["test"]["HR@10"] for m in metrics])
         ndcg = np.array([m["test"]["NDCG@10"] for m in metrics])
         seconds = np.array([m["train_seconds"] for m in metrics])
-        published = PAPER[name].published.get(dataset) if name in PAPER else None
+        # the published numbers were measured under the paper's loss: show them on that row only
+        published = (
+            PAPER[name].published.get(dataset)
+            if name in PAPER and setting_name.startswith("paper")
+            else None
+        )
         reference = runs.get((dataset, "sasrec+", "paper"), [])
         versus = "—"
         if reference and name != "sasrec+":
