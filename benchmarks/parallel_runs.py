@@ -134,6 +134,7 @@ def default_jobs() -> list[Job]:
         Job("sasrec-avoid-row", 0),
         Job("sasrec+", 0),
         Job("sasrec-ss-beauty", 0),
+        Job("sasrec-ss-beauty-p50", 0),
     ]
     more_seeds = [
         Job(name, seed) for seed in (1, 2) for name in ("sasrec+", "sasrec", "sasrec-ss-beauty")
