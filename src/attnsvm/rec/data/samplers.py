@@ -9,9 +9,9 @@ returns the positive it is drawn for. Each is deterministic given its seed.
 * ``in_batch_sampler``: the batch's own non-padding positives, each occurrence equally likely
   (the sampled-softmax "in-batch" distribution).
 * ``avoid_row_items``: redraws, from the same sampler, every negative that is one of the items of
-  its own training row, as SASRec's and Klenitskiy & Vasilev's samplers do (they never offer a
-  user's own item as a negative); that samples from the distribution conditioned on "not one of
-  the row's items".
+  its own training row (window), as Klenitskiy & Vasilev's sampler does (SASRec's avoids the
+  user's whole training sequence); that samples from the distribution conditioned on "not one
+  of the row's items".
 """
 
 from __future__ import annotations

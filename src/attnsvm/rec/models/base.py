@@ -154,8 +154,9 @@ class LossConfig(Config):
     ``num_negatives`` is per target position for bce/gbce/sampled_softmax and unused by ``ce``;
     ``logq_correction`` applies to sampled_softmax; ``ce_chunk_size`` rows of logits at a time for
     ``ce`` (None: all at once). ``negatives_avoid_row`` keeps every item of a training row (its
-    window's inputs and targets) out of that row's negatives, as the samplers of SASRec and of
-    Klenitskiy & Vasilev do; by default only the positive itself is avoided.
+    window's inputs and targets) out of that row's negatives, as Klenitskiy & Vasilev's sampler
+    does (SASRec's avoids the user's whole training sequence, the same for windows that hold all
+    of it); by default only the positive itself is avoided.
     """
 
     name: str = "ce"
