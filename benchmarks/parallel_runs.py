@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         "-partial",
     )
     for job in stopped:
-        record = {"status": "unfinished", "seconds": round(args.deadline, 1)}
+        record = {"status": "unfinished"}  # stopped at the deadline, whenever it started
         if job not in scorable:
             record["partial"] = "no checkpoint yet"
         elif job in unscored:
