@@ -129,6 +129,7 @@ def default_jobs() -> list[Job]:
     seeds, then the diagnostic variants of SASRec+."""
     published = [
         Job("bert4rec", 0),
+        Job("bert4rec-kv-budget", 0),
         Job("gsasrec", 0),
         Job("sasrec", 0),
         Job("sasrec-avoid-row", 0),

@@ -142,6 +142,17 @@ RUNS: dict[str, tuple[RunConfig, tuple[float, float], str]] = {
         (0.2843, 0.1537),
         "K&V README, BERT4Rec",
     ),
+    # K&V's own BERT4Rec budget (src/configs/BERT4Rec.yaml): at most 200 epochs, patience 20
+    "bert4rec-kv-budget": (
+        RunConfig(
+            ModelChoice("bert4rec", {"dropout": 0.1, "attention_dropout": 0.1}),
+            ML1M,
+            LossConfig(name="ce"),
+            replace(KV_TRAIN, epochs=200, patience=20),
+        ),
+        (0.2843, 0.1537),
+        "K&V README, BERT4Rec",
+    ),
     "sasrec-ss-beauty": (beauty_sampled_softmax({}), *TRANSFORMER_BENCHMARK),
     "sasrec-ss-beauty-rectools": (beauty_sampled_softmax(RECTOOLS), *TRANSFORMER_BENCHMARK),
     # the README's hyperparameter table says d = 64 for Beauty, where the yaml says 256
