@@ -22,6 +22,7 @@ from pathlib import Path
 
 from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, TrainConfig
 from attnsvm.rec.models import LossConfig
+from zoo import parse_chunk_size  # a sibling script: the same --ce-chunk-size parsing
 
 TRANSFORMER = {
     "hidden_size": 64,
@@ -215,10 +216,6 @@ def partial(name: str, out: Path) -> dict:
     return row
 
 
-def _chunk_size(text: str) -> int | None:
-    return None if text.lower() == "none" else int(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", choices=sorted(RUNS))
@@ -230,7 +227,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None, help="override the run's seed")
     parser.add_argument(
         "--ce-chunk-size",
-        type=_chunk_size,
+        type=parse_chunk_size,
         default=LossConfig.ce_chunk_size,
         help="rows of full-CE logits at a time ('none': all at once, for a GPU); memory only",
     )

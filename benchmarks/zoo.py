@@ -307,7 +307,8 @@ def _pm(values: np.ndarray) -> str:
     return f"{values.mean():.4f} ± {values.std(ddof=1):.4f}"
 
 
-def _chunk_size(text: str) -> int | None:
+def parse_chunk_size(text: str) -> int | None:
+    """``--ce-chunk-size``: a row count, or 'none' for all logits at once."""
     return None if text.lower() == "none" else int(text)
 
 
@@ -322,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=ROOT, help="folder of the raw datasets")
     parser.add_argument(
         "--ce-chunk-size",
-        type=_chunk_size,
+        type=parse_chunk_size,
         default=CE.ce_chunk_size,
         help="rows of full-CE logits at a time ('none': all at once, for a GPU); memory only",
     )
