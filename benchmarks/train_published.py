@@ -194,14 +194,14 @@ def report(name: str, metrics: dict[str, float], epochs: int, note: str) -> dict
 def partial(name: str, out: Path) -> dict:
     """Test metrics of the best checkpoint so far of an unfinished run."""
     from attnsvm.rec.config import load_config
-    from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json, load_weights
-    from attnsvm.rec.train.trainer import build, evaluate_model, load_split, window_length
+    from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json
+    from attnsvm.rec.train.runs import load_model
+    from attnsvm.rec.train.trainer import evaluate_model, load_split, window_length
 
     run = RunDirectory(out)
     config = load_config(run.work / "config.json")
     split = load_split(config.data)
-    model = build(config, split.num_items)
-    load_weights(model, run.work / "model.safetensors")
+    model = load_model(run.work)
     result = evaluate_model(model, split.test, split.num_items, config.eval, window_length(config))
     log = [json.loads(line) for line in (run.work / "log.jsonl").read_text().splitlines()]
     best = max(log, key=lambda r: r["valid"][config.eval.valid_metric])
@@ -235,6 +235,7 @@ def main() -> None:
     if args.partial:
         partial(args.run, args.out)
         return
+    from attnsvm.rec.train.checkpoint import RunDirectory
     from attnsvm.rec.train.trainer import train
 
     config = RUNS[args.run][0]
@@ -248,6 +249,9 @@ def main() -> None:
             seed=config.train.seed if args.seed is None else args.seed,
         ),
     )
+    if args.resume:
+        for stale in RunDirectory(args.out).partial.glob("partial_*"):
+            stale.unlink()  # scores of an earlier checkpoint: the finished run brings its own
     result = train(config, args.out, resume=args.resume, show_progress=False)
     report(
         args.run,

@@ -125,7 +125,10 @@ def run_one(
     if path.is_dir():
         print(f"done already: {path}")
         return
-    resume = (RunDirectory(path).partial / "resume.pt").exists()
+    work = RunDirectory(path).partial
+    resume = (work / "resume.pt").exists()
+    for stale in work.glob("partial_*"):
+        stale.unlink()  # scores of an earlier checkpoint: the finished run brings its own
     config = run_config(dataset, name, setting_name, seed, root, ce_chunk_size)
     start = time.perf_counter()
     result = train(config, path, resume=resume, show_progress=False)
@@ -192,16 +195,16 @@ def score_partial(out: Path, only: list[Path] | None = None) -> None:
     """Score the best checkpoint so far of every unfinished run (or of ``only``) on the test
     users."""
     from attnsvm.rec.config import load_config
-    from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json, load_weights
-    from attnsvm.rec.train.trainer import build, evaluate_model, load_split, window_length
+    from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json
+    from attnsvm.rec.train.runs import load_model
+    from attnsvm.rec.train.trainer import evaluate_model, load_split, window_length
 
     works = [RunDirectory(p).partial for p in only] if only else out.glob("*/*-seed*.incomplete")
     for work in sorted(works):
         log = [json.loads(line) for line in (work / "log.jsonl").read_text().splitlines()]
         config = load_config(work / "config.json")
         split = load_split(config.data)
-        model = build(config, split.num_items)
-        load_weights(model, work / "model.safetensors")
+        model = load_model(work)
         result = evaluate_model(
             model, split.test, split.num_items, config.eval, window_length(config)
         )
@@ -256,9 +259,9 @@ def table(out: Path) -> str:
 
     runs = finished(out)
     lines = [
-        "| dataset | model | loss | seeds | HR@10 | NDCG@10 | train s | published HR / NDCG "
-        "| Δ NDCG@10 vs SASRec+ (p, paired t) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| dataset | model | loss | seeds | HR@10 | NDCG@10 | train s | trained on "
+        "| published HR / NDCG | Δ NDCG@10 vs SASRec+ (p, paired t) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (dataset, name, setting_name), paths in sorted(runs.items()):
         metrics = [_read(p)[0] for p in paths]
@@ -273,14 +276,17 @@ def table(out: Path) -> str:
         )
         reference = runs.get((dataset, "sasrec+", "paper"), [])
         versus = "—"
-        if reference and name != "sasrec+":
-            # seed 0 of this row against seed 0 of SASRec+, paired over test users
+        seeds = {_seed(p): p for p in paths}
+        shared = sorted(seeds.keys() & {_seed(p) for p in reference})
+        if shared and name != "sasrec+":
+            # the lowest seed both rows have, paired over test users
+            seed = shared[0]
             test = compare_results(
-                EvalResult.load(_read(paths[0])[1]),
-                EvalResult.load(_read(reference[0])[1]),
+                EvalResult.load(_read(seeds[seed])[1]),
+                EvalResult.load(_read(next(p for p in reference if _seed(p) == seed))[1]),
                 "NDCG@10",
             )
-            versus = f"{test['mean_difference']:+.4f} (p={test['t_pvalue']:.2g})"
+            versus = f"{test['mean_difference']:+.4f} (p={test['t_pvalue']:.2g}, seed {seed})"
         if "note" in metrics[0]:
             setting_name = f"{setting_name}: {metrics[0]['note']}"
         if name in BASELINE_NAMES:
@@ -290,11 +296,21 @@ def table(out: Path) -> str:
             setting_name = setting_name.replace("paper", f"paper {_loss_label(loss)}", 1)
         lines.append(
             f"| {dataset} | {name} | {setting_name} | {len(paths)} | {_pm(hr)} | {_pm(ndcg)} "
-            f"| {seconds.mean():.0f} | "
+            f"| {seconds.mean():.0f} | {_devices(metrics)} | "
             f"{'—' if published is None else f'{published[0]:.4f} / {published[1]:.4f}'} "
             f"| {versus} |"
         )
     return "\n".join(lines)
+
+
+def _devices(metrics: list[dict]) -> str:
+    """The machines the row's runs trained on (runs before this was logged: "—")."""
+    names = sorted({name for m in metrics for name in m.get("devices", [])})
+    return ", ".join(names) or "—"
+
+
+def _seed(folder: Path) -> int:
+    return int(folder.name.removesuffix(".incomplete").rsplit("-seed", 1)[1])
 
 
 def _loss_label(loss: LossConfig) -> str:

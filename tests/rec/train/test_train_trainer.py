@@ -17,6 +17,7 @@ from attnsvm.rec.train import (
     AttentionSnapshots,
     TrainingError,
     evaluate_run,
+    load_model,
     load_run,
     recommend,
     train,
@@ -42,6 +43,7 @@ def test_a_run_directory_is_whole_and_the_model_learns(trained_run):
     assert [r["epoch"] for r in log] == list(range(1, metrics["epochs"] + 1))
     best = max(log, key=lambda r: r["valid"]["NDCG@10"])
     assert metrics["best_epoch"] == best["epoch"] and metrics["valid"] == best["valid"]
+    assert metrics["devices"] == ["cpu, 1 thread(s)"] == sorted({r["device"] for r in log})
     # the next item is determined by the last one: popularity would give HR@10 ≈ 1/3
     assert metrics["test"]["HR@10"] > 0.9
 
@@ -83,6 +85,25 @@ def test_resumed_run_ends_like_an_uninterrupted_one(walks, tmp_path):
     assert resumed.test == whole.test and resumed.valid == whole.valid
     a, b = load_run(whole.run_dir).model.state_dict(), load_run(resumed.run_dir).model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_load_model_reads_an_unfinished_run_with_its_data_sizes(walks, tmp_path):
+    """An interrupted SSE-PT run is scorable: its user table has the data's size, which only
+    ``model.json`` knows (building from the config alone gave a one-row table)."""
+
+    class Kill:
+        def on_epoch_end(self, state):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        config = tiny_config(walks, model="ssept")
+        config.model.overrides["user_size"] = 8
+        train(config, tmp_path / "cut", [Kill()], show_progress=False)
+    work = tmp_path / "cut.incomplete"
+    model = load_model(work)
+    assert not model.training and model.users.num_embeddings == 120 + 1  # + the unknown user
+    with safe_open(work / "model.safetensors", framework="pt") as saved:
+        assert all(torch.equal(saved.get_tensor(k), v) for k, v in model.state_dict().items())
 
 
 def test_nan_loss_stops_with_a_clear_message(walks, tmp_path, monkeypatch):

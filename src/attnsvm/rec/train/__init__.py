@@ -1,7 +1,7 @@
 """Training: the loop, run directories and checkpoints, DDP, callbacks, and using finished runs."""
 
 from attnsvm.rec.train.callbacks import AttentionSnapshots, Callback, EpochState
-from attnsvm.rec.train.runs import LoadedRun, evaluate_run, load_run, recommend
+from attnsvm.rec.train.runs import LoadedRun, evaluate_run, load_model, load_run, recommend
 from attnsvm.rec.train.trainer import RunResult, TrainingError, demo_train, train
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "TrainingError",
     "demo_train",
     "evaluate_run",
+    "load_model",
     "load_run",
     "recommend",
     "train",

@@ -37,6 +37,15 @@ class Context:
         return self.world_size > 1
 
 
+def describe(context: Context) -> str:
+    """Where the training runs, for the logs: seconds mean little without it."""
+    if context.device.type == "cuda":
+        where = torch.cuda.get_device_name(context.device)
+    else:
+        where = f"cpu, {torch.get_num_threads()} thread(s)"
+    return where if context.world_size == 1 else f"{where} × {context.world_size} processes"
+
+
 def init_from_env() -> Context:
     """Join the torchrun process group if ``WORLD_SIZE`` > 1; the device follows the backend."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

@@ -51,19 +51,26 @@ class LoadedRun:
         return np.array([index[str(item)] for item in external], dtype=np.int64)
 
 
+def load_model(folder: str | Path) -> SequentialRecommender:
+    """The neural model saved in a run folder, finished or still training (``.incomplete``), in
+    eval mode: built from ``model.json``, which holds the sizes the data gave it (catalogue,
+    users), so it needs no data and no config overrides."""
+    folder = Path(folder)
+    info = json.loads((folder / "model.json").read_text())
+    spec = MODELS[info["model"]]
+    model = spec.model_class(info["num_items"], spec.config_class.from_dict(info["model_config"]))
+    load_weights(model, folder / WEIGHTS)
+    return model.eval()
+
+
 def load_run(run_dir: str | Path) -> LoadedRun:
     """Model (best checkpoint; a baseline refitted on the run's data), config and id maps."""
     path = finished_run(run_dir)
     config = load_config(path / "config.json")
-    info = json.loads((path / "model.json").read_text())
-    if info.get("baseline"):
+    if json.loads((path / "model.json").read_text()).get("baseline"):
         model = fit_baseline(config, load_split(config.data))
     else:
-        spec = MODELS[info["model"]]
-        model_config = spec.config_class.from_dict(info["model_config"])
-        model = spec.model_class(info["num_items"], model_config)
-        load_weights(model, path / WEIGHTS)
-        model.eval()
+        model = load_model(path)
     maps = json.loads((path / "id_maps.json").read_text())
     return LoadedRun(path, config, model, np.array(maps["items"]), np.array(maps["users"]))
 

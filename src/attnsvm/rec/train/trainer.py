@@ -542,6 +542,7 @@ class _Loop:
             "train_loss": float(np.mean(losses)),
             "lr": self.scheduler.get_last_lr()[0],
             "train_seconds": train_seconds,
+            "device": distributed.describe(self.context),
             "samples_per_second": samples / train_seconds,
             "valid_seconds": time.perf_counter() - start,
             "valid": valid.metrics,
@@ -681,6 +682,8 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
             "epochs": loop.epoch,
             "stopped_early": stopped_early,
             "train_seconds": train_seconds,
+            # a resumed run may have trained on more than one machine
+            "devices": sorted({r["device"] for r in loop.history if "device" in r}),
             "steps": loop.step,
         }
         if config.eval.sampled_negatives is not None:
