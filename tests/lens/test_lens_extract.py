@@ -172,10 +172,3 @@ def test_bad_layer_or_head_is_a_clear_error():
         head_grid(model64, 5, None)
     with pytest.raises(LensError, match="head 2 does not exist"):
         head_grid(model64, 0, 2)
-
-
-def test_counterfactual_needs_a_causal_model():
-    torch.manual_seed(0)
-    bert = float64_copy(build_model("bert4rec", 30, hidden_size=16, ffn_size=16, max_len=8))
-    with pytest.raises(LensError, match="causal"):
-        counterfactual_scores(bert, _windows(), np.arange(1, 6), 0, 0)

@@ -122,3 +122,35 @@ def test_report_renders_in_headless_chromium(tiny_run, tmp_path):
     assert pixels.std() > 0.05  # not a blank page: text, tables and plots
     dark = (pixels.mean(axis=-1) < 0.5).mean()
     assert 0.001 < dark < 0.5
+
+
+ZOO_ATTENTION = {
+    "bert4rec": {},
+    "bsarec": {},
+    "ssept": {"user_size": 4},
+    "actsr": {},
+    "adamct": {"se_ratio": 2},
+    "matrrec": {"state_size": 4},
+}
+
+
+@pytest.mark.parametrize("name", list(ZOO_ATTENTION))
+def test_report_runs_on_every_attention_model_of_the_zoo(name, tiny_run, tmp_path):
+    """Counterfactual scores for all of them (a whole re-run where the last-position shortcut
+    does not apply); linear scores where the blocks are a TransformerEncoder's."""
+    _, folder = tiny_run
+    size = {"hidden_size": 8, "ffn_size": 8, "num_heads": 2, **ZOO_ATTENTION[name]}
+    config = RunConfig(
+        model=ModelChoice(name, size),
+        data=DataConfig(dataset=str(folder / "seq.txt"), max_len=6),
+        train=TrainConfig(epochs=1, batch_size=32, seed=0),
+        eval=EvalConfig(ks=(10,)),
+    )
+    run_dir = train(config, tmp_path / "run", show_progress=False).run_dir
+    report = write_report(run_dir, tmp_path / "lens", sequences=6, progress=False)
+    lens = json.loads((report.parent / "lens.json").read_text())
+    assert lens["model"] == name and lens["heads"]
+    linear = name in ("bert4rec", "ssept")  # their blocks are a TransformerEncoder's
+    assert lens["score_kinds"] == (["linear", "counterfactual"] if linear else ["counterfactual"])
+    for head in lens["heads"]:
+        assert sum(head["scores"]["counterfactual"]["classes"].values()) == 6

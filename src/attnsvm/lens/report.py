@@ -184,7 +184,7 @@ def _plots(a: HeadAnalysis, view, scores: dict[str, np.ndarray]) -> dict[str, by
 def _example_html(run, rows, windows, targets, analyses, titles, views, k=10) -> str:
     a, view = analyses[0], views[0]
     with torch.inference_mode():
-        scores = run.model.score_last(run.model.scoring_input(torch.from_numpy(windows)))
+        scores = run.model.score_last(torch.from_numpy(windows))  # it appends any mask itself
     parts = []
 
     def name(internal: int) -> str:
@@ -376,14 +376,15 @@ def _write_report(
     ]
     jobs = []
     for view in views:
-        scores = {"linear": linear_scores(model64, item_seq, targets, view.layer, view.head)}
-        try:
-            scores["counterfactual"] = counterfactual_scores(
-                model64, item_seq, targets, view.layer, view.head
-            )
-        except LensError as error:
-            if str(error) not in notes:
-                notes.append(str(error))
+        scores = {}
+        # the linear head's direct path is derived for TransformerEncoder blocks only; the
+        # counterfactual re-runs any model
+        for kind, score in (("linear", linear_scores), ("counterfactual", counterfactual_scores)):
+            try:
+                scores[kind] = score(model64, item_seq, targets, view.layer, view.head)
+            except LensError as error:
+                if str(error) not in notes:
+                    notes.append(str(error))
         snapshots = [
             (epoch, W)
             for epoch, W in _snapshots(run.run_dir, view.layer, view.head)

@@ -54,7 +54,8 @@ def _transformer_encoder(model64: SequentialRecommender) -> TransformerEncoder:
     encoder = getattr(model64, "encoder", None)
     if not isinstance(encoder, TransformerEncoder):
         raise LensError(
-            f"token scores need a TransformerEncoder; {type(model64).__name__} has none"
+            f"linear token scores follow a TransformerEncoder's residual path; "
+            f"{type(model64).__name__} has none (its counterfactual scores re-run the model)"
         )
     return encoder
 
@@ -232,7 +233,14 @@ def counterfactual_scores(
     head: int,
     chunk: int = 32,
 ) -> np.ndarray:
-    """``(n, L)`` counterfactual scores (NaN at padding), in chunks of ``chunk`` sequences."""
+    """``(n, L)`` counterfactual scores (NaN at padding), in chunks of ``chunk`` sequences.
+
+    A causal ``TransformerEncoder`` re-runs only the last position (``forced_target_logits``);
+    any other model (a Fourier or convolution branch beside the attention, a Mamba block, a
+    bidirectional encoder) re-runs whole (``forced_by_rerun``)."""
+    encoder = getattr(model64, "encoder", None)
+    if not (isinstance(encoder, TransformerEncoder) and encoder.causal):
+        return forced_by_rerun(model64, item_seq, targets, layer, head)
     n, L = item_seq.shape
     out = np.full((n, L), np.nan)
     one_hot = torch.eye(L, dtype=torch.float64)
@@ -243,6 +251,58 @@ def counterfactual_scores(
         out[rows] = forced_target_logits(model64, block, targets[rows], layer, head, mixing)
     valid = (item_seq != 0).numpy()
     return np.where(valid, out, np.nan)
+
+
+def forced_by_rerun(
+    model64: SequentialRecommender,
+    item_seq: torch.Tensor,
+    targets: np.ndarray,
+    layer: int,
+    head: int,
+    rows_per_forward: int = 1024,
+) -> np.ndarray:
+    """``(n, L)`` counterfactual scores of any model built on ``MultiHeadAttention``: the whole
+    model runs once per candidate token t with the head's output at the last query replaced by
+    token t's value (its attention on t alone; ``out_proj`` still mixes the heads), so whatever
+    reads that output later (later layers, a non-causal Fourier filter, a gate) sees the change.
+    Costs L forwards per sequence, batched ``rows_per_forward`` windows at a time."""
+    attention = model64.attention_modules()[layer]
+    width = attention.v_proj.weight.shape[0] // attention.num_heads
+    columns = slice(head * width, (head + 1) * width)
+    n, L = item_seq.shape
+    per_forward = max(1, rows_per_forward // L)
+    embedding, bias = _target_embeddings(model64, torch.as_tensor(targets))
+    values: list[torch.Tensor] = []
+    candidates = torch.empty(0, dtype=torch.long)
+
+    def keep_values(_, __, output) -> None:
+        values.append(output)
+
+    def force_last_query(_, args):
+        heads = args[0].clone()
+        chosen = values.pop()[torch.arange(len(heads)), candidates]  # (B, D): value of t
+        heads[:, -1, columns] = chosen[:, columns]
+        return (heads, *args[1:])
+
+    hooks = [
+        attention.v_proj.register_forward_hook(keep_values),
+        attention.out_proj.register_forward_pre_hook(force_last_query),
+    ]
+    out = np.full((n, L), np.nan)
+    try:
+        with torch.inference_mode():
+            for start in range(0, n, per_forward):
+                rows = np.arange(start, min(start + per_forward, n))
+                candidates = torch.arange(L).repeat(len(rows))
+                hidden = model64.last_hidden(item_seq[rows].repeat_interleave(L, dim=0))
+                logits = (hidden.view(len(rows), L, -1) * embedding[rows, None]).sum(-1)
+                if bias is not None:
+                    logits = logits + bias[rows, None]
+                out[rows] = logits.numpy()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return np.where((item_seq != 0).numpy(), out, np.nan)
 
 
 def key_inputs(model64: SequentialRecommender, item_seq: torch.Tensor, layer: int):
