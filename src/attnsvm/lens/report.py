@@ -356,6 +356,11 @@ def _write_report(
             f"{run.run_dir}: {run.config.model.name} is a non-neural baseline; "
             "it has no attention to read"
         )
+    if "timestamps" in type(run.model).extra_inputs:
+        raise LensError(
+            f"{run.run_dir}: {run.config.model.name} chooses its queries by event times, which "
+            "the lens does not pass; its attention cannot be read as one query over all tokens"
+        )
     out = Path(out_dir) if out_dir is not None else run.run_dir / "lens"
     if sequences < 1:
         raise LensError(f"sequences must be ≥ 1, got {sequences}")
