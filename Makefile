@@ -18,8 +18,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/attnsvm demo
 
-test: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+test: lint
 	$(BIN)/python -m pytest -n 2 -q
 
 lint: $(STAMP)
