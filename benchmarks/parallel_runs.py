@@ -33,7 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from zoo import DATASETS, PAPER, run_dir  # noqa: E402  (a sibling script, not a package)
+from zoo import DATASETS, PAPER, VARIANTS, run_dir  # noqa: E402  (a sibling script, not a package)
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def zoo_jobs(seeds: list[int]) -> list[Job]:
 
 def default_jobs() -> list[Job]:
     """Longest first among the published runs, then seed 0 of every zoo row, then the other
-    seeds, then the diagnostic variants of SASRec+."""
+    seeds, then the diagnostic variants of SASRec+ and the zoo's diagnostic rows."""
     published = [
         Job("bert4rec", 0),
         Job("bert4rec-kv-budget", 0),
@@ -149,7 +149,8 @@ def default_jobs() -> list[Job]:
             "sasrec-kv-attention",
         )
     ]
-    return [*published, *zoo_jobs([0]), *more_seeds, *zoo_jobs([1, 2]), *variants]
+    diagnostics = [Job(name, 0, "beauty", "paper") for name in VARIANTS]
+    return [*published, *zoo_jobs([0]), *more_seeds, *zoo_jobs([1, 2]), *variants, *diagnostics]
 
 
 @dataclass
