@@ -111,14 +111,20 @@ def head_grid(model: SequentialRecommender, layer: int | None, head: int | None)
     return grid
 
 
-def extract(model64: SequentialRecommender, item_seq: torch.Tensor, grid) -> list[HeadView]:
+def extract(
+    model64: SequentialRecommender,
+    item_seq: torch.Tensor,
+    grid,
+    extras: dict[str, torch.Tensor] | None = None,
+) -> list[HeadView]:
     """``HeadView`` of every ``(layer, head)`` in ``grid`` for the windows ``item_seq`` (n, L).
 
     ``model64`` is a float64 model (``float64_copy``); ``item_seq`` is what the model scores
-    (``model.scoring_input`` of the left-padded histories).
+    (``model.scoring_input`` of the left-padded histories); ``extras`` the model's extra inputs
+    for those rows (SSE-PT's ``users``).
     """
     with torch.inference_mode():
-        out = model64(item_seq, return_attention=True, return_layer_inputs=True)
+        out = model64(item_seq, return_attention=True, return_layer_inputs=True, **(extras or {}))
     modules = model64.attention_modules()
     valid = (item_seq != 0).numpy()
     views = []

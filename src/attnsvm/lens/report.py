@@ -181,10 +181,11 @@ def _plots(a: HeadAnalysis, view, scores: dict[str, np.ndarray]) -> dict[str, by
     return out
 
 
-def _example_html(run, rows, windows, targets, analyses, titles, views, k=10) -> str:
+def _example_html(run, rows, windows, targets, analyses, titles, views, extras, k=10) -> str:
     a, view = analyses[0], views[0]
     with torch.inference_mode():
-        scores = run.model.score_last(torch.from_numpy(windows))  # it appends any mask itself
+        # score_last appends any mask token itself
+        scores = run.model.score_last(torch.from_numpy(windows), **extras)
     parts = []
 
     def name(internal: int) -> str:
@@ -349,6 +350,7 @@ def _write_report(
     from attnsvm.rec.data.datasets import load_dataset
     from attnsvm.rec.data.splits import leave_one_out
     from attnsvm.rec.train import load_run
+    from attnsvm.rec.train.trainer import model_inputs
 
     run = load_run(run_dir)
     if run.baseline:
@@ -373,7 +375,9 @@ def _write_report(
     item_seq = run.model.scoring_input(torch.from_numpy(windows))
     model64 = float64_copy(run.model)
     grid = head_grid(model64, layer, head)
-    views = extract(model64, item_seq, grid)
+    # a personalised model (SSE-PT) is read with each sampled user's own embedding
+    extras = model_inputs(run.model, torch.from_numpy(test.users[rows]), None)
+    views = extract(model64, item_seq, grid, extras)
     checkpoint_epoch = _checkpoint_epoch(run.run_dir)
     notes = [
         f"token scores use the true next item (the leave-one-out test target); soft-margin "
@@ -386,7 +390,7 @@ def _write_report(
         # counterfactual re-runs any model
         for kind, score in (("linear", linear_scores), ("counterfactual", counterfactual_scores)):
             try:
-                scores[kind] = score(model64, item_seq, targets, view.layer, view.head)
+                scores[kind] = score(model64, item_seq, targets, view.layer, view.head, extras)
             except LensError as error:
                 if str(error) not in notes:
                     notes.append(str(error))
@@ -425,6 +429,8 @@ def _write_report(
     atomic_write_text(out / "lens.json", json.dumps(summary, indent=1) + "\n")
     for name, data in images.items():
         _write_bytes(out / name, data)
-    examples = _example_html(run, test.users[rows], windows, targets, analyses, item_titles, views)
+    examples = _example_html(
+        run, test.users[rows], windows, targets, analyses, item_titles, views, extras
+    )
     atomic_write_text(out / "report.html", _html(summary, images, examples))
     return out / "report.html"

@@ -30,6 +30,9 @@
   so the remaining layers are re-run for the last query alone, every candidate t in one batch:
   ``O(n L² D)`` per layer instead of ``L`` full forwards.
 
+Every function takes the model's extra inputs (``extras``: SSE-PT's ``users``), one row per
+window, so a personalised model is read as it scores its own users.
+
 ``forced_target_logits`` is the general form (any mixing of the head's values); the test checks
 that the model's own attention as the mixing reproduces ``score_last``.
 """
@@ -70,7 +73,11 @@ def _encoder(model64: SequentialRecommender) -> TransformerEncoder:
     return encoder
 
 
-def _block_inputs(model64: SequentialRecommender, item_seq: torch.Tensor):
+def _rows(extras: dict[str, torch.Tensor] | None, rows) -> dict[str, torch.Tensor]:
+    return {name: value[rows] for name, value in (extras or {}).items()}
+
+
+def _block_inputs(model64: SequentialRecommender, item_seq: torch.Tensor, extras=None):
     """The residual stream entering every block, ``[(n, L, D), …]``."""
     captured: list[torch.Tensor] = []
     hooks = [
@@ -79,7 +86,7 @@ def _block_inputs(model64: SequentialRecommender, item_seq: torch.Tensor):
     ]
     try:
         with torch.inference_mode():
-            model64(item_seq)
+            model64(item_seq, **(extras or {}))
     finally:
         for hook in hooks:
             hook.remove()
@@ -158,6 +165,7 @@ def linear_scores(
     targets: np.ndarray,
     layer: int,
     head: int,
+    extras: dict[str, torch.Tensor] | None = None,
 ) -> np.ndarray:
     """``(n, L)`` linear scores γ of one head (NaN at padding); float64 model and windows."""
     encoder = _transformer_encoder(model64)
@@ -173,7 +181,8 @@ def linear_scores(
     hooks = [norm.register_forward_pre_hook(keep_last_position(i)) for i, norm in enumerate(norms)]
     try:
         with torch.inference_mode():
-            keys = model64(item_seq, return_layer_inputs=True).layer_inputs[layer].key
+            out = model64(item_seq, return_layer_inputs=True, **(extras or {}))
+            keys = out.layer_inputs[layer].key
     finally:
         for hook in hooks:
             hook.remove()
@@ -201,12 +210,13 @@ def forced_target_logits(
     layer: int,
     head: int,
     mixing: torch.Tensor,
+    extras: dict[str, torch.Tensor] | None = None,
 ) -> np.ndarray:
     """``(n, C)`` logits of ``targets`` when head ``head`` of layer ``layer`` mixes the values of
     the last query's keys with ``mixing (n, C, L)`` (rows of attention weights) instead of its own
     softmax; everything else runs as the model does (eval mode, float64)."""
     encoder = _encoder(model64)
-    inputs = _block_inputs(model64, item_seq)
+    inputs = _block_inputs(model64, item_seq, extras)
     valid = item_seq != 0
     prefix_valid = valid[:, :-1]
     C = mixing.shape[1]
@@ -231,6 +241,7 @@ def counterfactual_scores(
     targets: np.ndarray,
     layer: int,
     head: int,
+    extras: dict[str, torch.Tensor] | None = None,
     chunk: int = 32,
 ) -> np.ndarray:
     """``(n, L)`` counterfactual scores (NaN at padding), in chunks of ``chunk`` sequences.
@@ -240,7 +251,7 @@ def counterfactual_scores(
     bidirectional encoder) re-runs whole (``forced_by_rerun``)."""
     encoder = getattr(model64, "encoder", None)
     if not (isinstance(encoder, TransformerEncoder) and encoder.causal):
-        return forced_by_rerun(model64, item_seq, targets, layer, head)
+        return forced_by_rerun(model64, item_seq, targets, layer, head, extras)
     n, L = item_seq.shape
     out = np.full((n, L), np.nan)
     one_hot = torch.eye(L, dtype=torch.float64)
@@ -248,7 +259,9 @@ def counterfactual_scores(
         rows = slice(start, min(start + chunk, n))
         block = item_seq[rows]
         mixing = one_hot.expand(block.shape[0], L, L)
-        out[rows] = forced_target_logits(model64, block, targets[rows], layer, head, mixing)
+        out[rows] = forced_target_logits(
+            model64, block, targets[rows], layer, head, mixing, _rows(extras, rows)
+        )
     valid = (item_seq != 0).numpy()
     return np.where(valid, out, np.nan)
 
@@ -259,6 +272,7 @@ def forced_by_rerun(
     targets: np.ndarray,
     layer: int,
     head: int,
+    extras: dict[str, torch.Tensor] | None = None,
     rows_per_forward: int = 1024,
 ) -> np.ndarray:
     """``(n, L)`` counterfactual scores of any model built on ``MultiHeadAttention``: the whole
@@ -294,7 +308,8 @@ def forced_by_rerun(
             for start in range(0, n, per_forward):
                 rows = np.arange(start, min(start + per_forward, n))
                 candidates = torch.arange(L).repeat(len(rows))
-                hidden = model64.last_hidden(item_seq[rows].repeat_interleave(L, dim=0))
+                batch = {k: v.repeat_interleave(L, dim=0) for k, v in _rows(extras, rows).items()}
+                hidden = model64(item_seq[rows].repeat_interleave(L, dim=0), **batch)[:, -1]
                 logits = (hidden.view(len(rows), L, -1) * embedding[rows, None]).sum(-1)
                 if bias is not None:
                     logits = logits + bias[rows, None]
@@ -303,10 +318,3 @@ def forced_by_rerun(
         for hook in hooks:
             hook.remove()
     return np.where((item_seq != 0).numpy(), out, np.nan)
-
-
-def key_inputs(model64: SequentialRecommender, item_seq: torch.Tensor, layer: int):
-    """The (un-augmented) keys' inputs of ``layer``, ``(n, L, D)`` float64."""
-    with torch.inference_mode():
-        out = model64(item_seq, return_layer_inputs=True)
-    return out.layer_inputs[layer].key

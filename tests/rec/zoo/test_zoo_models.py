@@ -136,7 +136,7 @@ def test_the_lens_reads_every_attention_model(name: str) -> None:
         assert (error > 1e-4) if name == "actsr" else (error < 1e-12)
 
 
-def _forced_reference(model64, seq, targets, layer: int, head: int, t: int) -> np.ndarray:
+def _forced_reference(model64, seq, targets, layer: int, head: int, t: int, extras) -> np.ndarray:
     """Brute force, independent of the lens's hooks: the layer's attention recomputes its output
     from weights whose last row of ``head`` is one-hot on token t; the model runs as usual."""
     attention = model64.attention_modules()[layer]
@@ -155,7 +155,7 @@ def _forced_reference(model64, seq, targets, layer: int, head: int, t: int) -> n
     attention.forward = forced
     try:
         with torch.inference_mode():
-            logits = model64.logits(model64.last_hidden(seq))
+            logits = model64.logits(model64(seq, **extras)[:, -1])
     finally:
         del attention.forward
     return logits[torch.arange(len(seq)), torch.from_numpy(targets)].numpy()
@@ -181,13 +181,35 @@ def test_counterfactual_scores_force_one_token_in_any_model(name: str) -> None:
     seq = model64.scoring_input(random_sequences())
     targets = np.array([4, 9, 17])
     layer = len(model64.attention_modules()) - 1
-    scores = counterfactual_scores(model64, seq, targets, layer, 1)
+    # SSE-PT is read with each row's own user (the unknown user would be another model)
+    extras = {"users": torch.tensor([0, 5, 19])} if name == "ssept" else {}
+    scores = counterfactual_scores(model64, seq, targets, layer, 1, extras)
     valid = (seq != 0).numpy()
     assert np.isnan(scores[~valid]).all() and np.isfinite(scores[valid]).all()
     for t in (2, MAX_LEN - 1):
         rows = valid[:, t]
-        expected = _forced_reference(model64, seq, targets, layer, 1, t)
+        expected = _forced_reference(model64, seq, targets, layer, 1, t, extras)
         np.testing.assert_allclose(scores[rows, t], expected[rows], rtol=1e-10, atol=1e-10)
     if name == "sasrec":
         rerun = forced_by_rerun(model64, seq, targets, layer, 1, rows_per_forward=MAX_LEN)
         np.testing.assert_allclose(rerun[valid], scores[valid], rtol=1e-10, atol=1e-10)
+
+
+def test_the_lens_reads_ssept_with_each_users_own_embedding() -> None:
+    from attnsvm.lens.extract import extract, float64_copy, head_grid
+    from attnsvm.lens.scores import linear_scores
+
+    model64 = float64_copy(make_model("ssept")).eval()
+    seq, targets = random_sequences(), np.array([4, 9, 17])
+    users = {"users": torch.tensor([0, 5, 19])}
+    with torch.inference_mode():
+        own = model64(seq, return_attention=True, **users).attention
+        unknown = model64(seq, return_attention=True).attention
+    for view in extract(model64, seq, head_grid(model64, None, None), users):
+        expected = own[view.layer][:, view.head, -1].numpy() * view.valid
+        np.testing.assert_allclose(view.attention, expected, atol=1e-12)
+        assert not np.allclose(view.attention, unknown[view.layer][:, view.head, -1].numpy())
+    with_users = linear_scores(model64, seq, targets, 1, 0, users)
+    assert not np.allclose(
+        with_users[seq != 0], linear_scores(model64, seq, targets, 1, 0)[seq != 0]
+    )
