@@ -360,8 +360,8 @@ def _write_report(
         )
     if "timestamps" in type(run.model).extra_inputs:
         raise LensError(
-            f"{run.run_dir}: {run.config.model.name} chooses its queries by event times, which "
-            "the lens does not pass; its attention cannot be read as one query over all tokens"
+            f"{run.run_dir}: {run.config.model.name} chooses its queries by event time and "
+            "shrinks them layer by layer; no layer has one query over all tokens to read"
         )
     out = Path(out_dir) if out_dir is not None else run.run_dir / "lens"
     if sequences < 1:
