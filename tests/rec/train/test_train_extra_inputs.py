@@ -11,6 +11,8 @@ import pytest
 import torch
 from train_helpers import NUM_ITEMS, tiny_config
 
+from attnsvm.lens.extract import LensError
+from attnsvm.lens.report import write_report
 from attnsvm.rec.config import ModelChoice
 from attnsvm.rec.train import train
 from attnsvm.rec.train.runs import load_run, recommend
@@ -65,6 +67,8 @@ def test_strec_trains_and_recommends_with_timestamps(tmp_path) -> None:
     assert len(recommend(result.run_dir, user=1, k=3)) == 3
     with pytest.raises(ValueError, match="needs event times"):
         recommend(result.run_dir, history=["1", "4"], k=3)
+    with pytest.raises(LensError, match="no layer has one query over all tokens"):
+        write_report(result.run_dir, tmp_path / "lens", sequences=4, progress=False)
 
 
 def test_strec_on_data_without_timestamps_is_refused_before_training(walks, tmp_path) -> None:
