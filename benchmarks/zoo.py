@@ -318,9 +318,11 @@ def table(out: Path) -> str:
 
 
 def _devices(metrics: list[dict]) -> str:
-    """The machines the row's runs trained on (runs before this was logged: "—")."""
+    """The machines the row's runs trained on; "—" stands for runs from before this was logged."""
     names = sorted({name for m in metrics for name in m.get("devices", [])})
-    return ", ".join(names) or "—"
+    if any("devices" not in m for m in metrics):
+        names.append("—")
+    return ", ".join(names)
 
 
 def _seed(folder: Path) -> int:

@@ -54,6 +54,9 @@ def test_the_table_pairs_rows_on_a_seed_both_have(tmp_path):
     ndcg = [base.mean() * 2.0, seed1.mean()]
     assert bsarec[5] == f"{np.mean(ndcg):.4f} ± {np.std(ndcg, ddof=1):.4f}"
     assert bsarec[7] == "—"  # runs from before devices were logged
+    _run(tmp_path, "bsarec-paper-seed2", base, ["NVIDIA H200"])
+    mixed = {line.split(" | ")[1]: line for line in zoo.table(tmp_path).splitlines()[2:]}
+    assert mixed["bsarec"].split(" | ")[7] == "NVIDIA H200, —"
     difference = f"{(seed1 - base).mean():+.4f}"  # seed 1 against seed 1, not 0 against 1
     assert bsarec[9].startswith(f"{difference} (p=") and bsarec[9].endswith("seed 1) |")
     assert rows["sasrec+"].split(" | ")[7] == "NVIDIA H200, cpu, 1 thread(s)"
