@@ -22,7 +22,11 @@ from pathlib import Path
 
 from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, TrainConfig
 from attnsvm.rec.models import LossConfig
-from zoo import parse_chunk_size  # a sibling script: the same --ce-chunk-size parsing
+from zoo import (  # a sibling script: the same flag parsing and partial scoring
+    drop_partial_scores,
+    parse_chunk_size,
+    score_unfinished,
+)
 
 TRANSFORMER = {
     "hidden_size": 64,
@@ -193,25 +197,16 @@ def report(name: str, metrics: dict[str, float], epochs: int, note: str) -> dict
 
 def partial(name: str, out: Path) -> dict:
     """Test metrics of the best checkpoint so far of an unfinished run."""
-    from attnsvm.rec.config import load_config
     from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json
-    from attnsvm.rec.train.runs import load_model
-    from attnsvm.rec.train.trainer import evaluate_model, load_split, window_length
 
     run = RunDirectory(out)
-    config = load_config(run.work / "config.json")
-    split = load_split(config.data)
-    model = load_model(run.work)
-    result = evaluate_model(model, split.test, split.num_items, config.eval, window_length(config))
-    log = [json.loads(line) for line in (run.work / "log.jsonl").read_text().splitlines()]
-    best = max(log, key=lambda r: r["valid"][config.eval.valid_metric])
+    result, log, best = score_unfinished(run.work)
     seconds = sum(r["train_seconds"] for r in log)
     note = (
         f"UNFINISHED: best of {len(log)} epochs (epoch {best['epoch']}), "
         f"{seconds / len(log):.0f} s/epoch"
     )
     row = report(name, result.metrics, len(log), note)
-    result.save(run.work / "partial_test_eval.json")
     atomic_write_json(run.work / "partial_metrics.json", row)
     return row
 
@@ -250,8 +245,7 @@ def main() -> None:
         ),
     )
     if args.resume:
-        for stale in RunDirectory(args.out).partial.glob("partial_*"):
-            stale.unlink()  # scores of an earlier checkpoint: the finished run brings its own
+        drop_partial_scores(RunDirectory(args.out).partial)
     result = train(config, args.out, resume=args.resume, show_progress=False)
     report(
         args.run,

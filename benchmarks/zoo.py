@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, TrainConfig
+from attnsvm.rec.eval.ranking import EvalResult
 from attnsvm.rec.models import LossConfig
 
 ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -141,8 +142,7 @@ def run_one(
         return
     work = RunDirectory(path).partial
     resume = (work / "resume.pt").exists()
-    for stale in work.glob("partial_*"):
-        stale.unlink()  # scores of an earlier checkpoint: the finished run brings its own
+    drop_partial_scores(work)
     config = run_config(dataset, name, setting_name, seed, root, ce_chunk_size)
     start = time.perf_counter()
     result = train(config, path, resume=resume, show_progress=False)
@@ -205,25 +205,37 @@ def run_baseline(out: Path, dataset: str, name: str, root: Path = ROOT) -> None:
     )
 
 
-def score_partial(out: Path, only: list[Path] | None = None) -> None:
-    """Score the best checkpoint so far of every unfinished run (or of ``only``) on the test
-    users."""
+def score_unfinished(work: Path) -> tuple[EvalResult, list[dict], dict]:
+    """``(test evaluation, epoch log, best epoch's record)`` of an unfinished run's best
+    checkpoint so far; the evaluation is saved as ``partial_test_eval.json`` in ``work``."""
     from attnsvm.rec.config import load_config
-    from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json
     from attnsvm.rec.train.runs import load_model
     from attnsvm.rec.train.trainer import evaluate_model, load_split, window_length
 
+    log = [json.loads(line) for line in (work / "log.jsonl").read_text().splitlines()]
+    config = load_config(work / "config.json")
+    split = load_split(config.data)
+    result = evaluate_model(
+        load_model(work), split.test, split.num_items, config.eval, window_length(config)
+    )
+    result.save(work / "partial_test_eval.json")
+    return result, log, max(log, key=lambda r: r["valid"][config.eval.valid_metric])
+
+
+def drop_partial_scores(work: Path) -> None:
+    """Before a run resumes: scores of an earlier checkpoint; the finished run brings its own."""
+    for stale in work.glob("partial_*"):
+        stale.unlink()
+
+
+def score_partial(out: Path, only: list[Path] | None = None) -> None:
+    """Score the best checkpoint so far of every unfinished run (or of ``only``) on the test
+    users."""
+    from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json
+
     works = [RunDirectory(p).partial for p in only] if only else out.glob("*/*-seed*.incomplete")
     for work in sorted(works):
-        log = [json.loads(line) for line in (work / "log.jsonl").read_text().splitlines()]
-        config = load_config(work / "config.json")
-        split = load_split(config.data)
-        model = load_model(work)
-        result = evaluate_model(
-            model, split.test, split.num_items, config.eval, window_length(config)
-        )
-        best = max(log, key=lambda r: r["valid"][config.eval.valid_metric])
-        result.save(work / "partial_test_eval.json")
+        result, log, best = score_unfinished(work)
         atomic_write_json(
             work / "partial_metrics.json",
             {
@@ -269,7 +281,6 @@ def _read(folder: Path) -> tuple[dict, Path]:
 
 def table(out: Path) -> str:
     from attnsvm.rec.eval import compare_results
-    from attnsvm.rec.eval.ranking import EvalResult
 
     runs = finished(out)
     lines = [
