@@ -107,6 +107,29 @@ def test_last_position_training_never_puts_the_target_in_the_input(name: str) ->
     )
 
 
+# models whose windows the trainer and the evaluator may cut to their longest row
+PADDING_FREE = ("ssept", "actsr", "convformer", "matrrec")
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_padding_free_models_read_a_padded_window_like_its_unpadded_self(name: str) -> None:
+    """``padding_free`` lets training and scoring drop padding columns, so every real position's
+    output (not only the last) must be the same with or without them."""
+    model = make_model(name, **({"objective": "causal"} if name in CAUSAL_CAPABLE else {}))
+    assert model.padding_free == (name in PADDING_FREE)
+    if not model.padding_free:
+        return
+    model = model.double().eval()
+    short = torch.randint(1, NUM_ITEMS + 1, (4, 5), generator=torch.Generator().manual_seed(1))
+    short[1, :2] = 0
+    padded = torch.nn.functional.pad(short, (MAX_LEN - 5, 0))
+    users = torch.arange(4)
+    real = short != 0
+    torch.testing.assert_close(
+        run(model, padded, users)[:, -5:][real], run(model, short, users)[real], atol=1e-12, rtol=0
+    )
+
+
 @pytest.mark.parametrize("name", ["bsarec", "ssept", "actsr", "adamct", "matrrec", "strec"])
 def test_attention_models_expose_weights_for_the_lens(name: str) -> None:
     model = make_model(name).double().eval()

@@ -154,6 +154,7 @@ class ACTSRBlock(nn.Module):
 class ACTSR(SequentialRecommender):
     objective = "last"
     config_class = ACTSRConfig
+    padding_free = True
 
     def __init__(self, num_items: int, config: ACTSRConfig | None = None) -> None:
         config = config or ACTSRConfig()

@@ -95,6 +95,7 @@ class ConvFormerLayer(nn.Module):
 class ConvFormer(SequentialRecommender):
     objective = "causal"
     config_class = ConvFormerConfig
+    padding_free = True
 
     def __init__(self, num_items: int, config: ConvFormerConfig | None = None) -> None:
         config = config or ConvFormerConfig()

@@ -82,17 +82,20 @@ def selective_scan(
     scan: str = "sequential",
 ) -> torch.Tensor:
     """``y`` (b, L, d) of the recurrence above; u, Δ (b, L, d), A (d, N), B, C (b, L, N), D (d,)."""
-    decay = torch.exp(delta.unsqueeze(-1) * A)  # (b, L, d, N)
-    drive = (delta * u).unsqueeze(-1) * B.unsqueeze(2)  # Δ_t B_t u_t
     if scan == "sequential":
-        state = torch.zeros_like(drive[:, 0])
+        # per-step slices via unbind: indexing [:, t] would make autograd scatter each step's
+        # gradient into a zero tensor the size of the whole (b, L, d, N) sequence, L times over
+        state = u.new_zeros(u.shape[0], u.shape[2], A.shape[1])
         outputs = []
-        for t in range(u.shape[1]):
-            state = decay[:, t] * state + drive[:, t]
-            outputs.append(torch.einsum("bdn,bn->bd", state, C[:, t]))
+        for delta_t, du_t, B_t, C_t in zip(
+            delta.unbind(1), (delta * u).unbind(1), B.unbind(1), C.unbind(1), strict=True
+        ):
+            state = torch.exp(delta_t.unsqueeze(-1) * A) * state + du_t.unsqueeze(-1) * B_t[:, None]
+            outputs.append(torch.bmm(state, C_t.unsqueeze(-1)).squeeze(-1))
         y = torch.stack(outputs, dim=1)
     elif scan == "parallel":
-        a, b = decay, drive
+        a = torch.exp(delta.unsqueeze(-1) * A)  # (b, L, d, N)
+        b = (delta * u).unsqueeze(-1) * B.unsqueeze(2)  # Δ_t B_t u_t
         offset = 1
         while offset < u.shape[1]:  # compose each prefix with the one `offset` steps earlier
             a_prev = F.pad(a[:, :-offset], (0, 0, 0, 0, offset, 0), value=1.0)
@@ -177,6 +180,7 @@ class MaTrRecLayer(nn.Module):
 class MaTrRec(SequentialRecommender):
     objective = "last"
     config_class = MaTrRecConfig
+    padding_free = True
 
     def __init__(self, num_items: int, config: MaTrRecConfig | None = None) -> None:
         config = config or MaTrRecConfig()

@@ -58,6 +58,7 @@ class SSEPTConfig(TransformerConfig):
 class SSEPT(SequentialRecommender):
     objective = "causal"
     config_class = SSEPTConfig
+    padding_free = True
 
     extra_inputs = ("users",)
 
