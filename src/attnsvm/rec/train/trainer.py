@@ -407,11 +407,14 @@ class _Loop:
                 negatives = avoid_row_items(negatives, rows.numpy(), row_items, self.sampler)
         owned = distributed.shard(len(inputs), self.context)
         before = int(has_target[: owned.start].sum())
-        local_mask = has_target[owned]
-        count = int(local_mask.sum())
+        # counts and length groups come from the host copies, so the step does not wait on
+        # the device for them
+        host_mask = has_target[owned]
+        count = int(host_mask.sum())
+        groups = self._length_groups(inputs[owned])
         device = self.context.device
         inputs, targets = inputs[owned].to(device), targets[owned].to(device)
-        local_mask = local_mask.to(device)
+        local_mask = host_mask.to(device)
         if negatives is not None:
             negatives = negatives[before : before + count].to(device)
         item_log_q = self.log_q.to(device) if self.log_q is not None else None
@@ -426,7 +429,7 @@ class _Loop:
             (all rows and columns by default)."""
             columns = slice(None) if width is None else slice(-width, None)
             mask = local_mask[rows][:, columns] if per_position else local_mask[rows]
-            group = int(mask.sum())
+            group = int((host_mask[rows][:, columns] if per_position else host_mask[rows]).sum())
             if not group:
                 return hidden.sum() * 0.0
             hidden = hidden[mask] if per_position else hidden[:, -1]
@@ -450,8 +453,8 @@ class _Loop:
 
         def closure() -> float:
             self.optimizer.zero_grad(set_to_none=False)
-            value = 0.0
-            for rows, width in self._length_groups(inputs):
+            value = torch.zeros((), dtype=torch.float64, device=device)
+            for rows, width in groups:
                 extras = model_inputs(
                     self.model, users[rows], None if times is None else times[rows][:, -width:]
                 )
@@ -459,9 +462,9 @@ class _Loop:
                     hidden = self.train_model(inputs[rows][:, -width:], **extras)
                     loss = loss_of_hidden(hidden, rows, width)
                 loss.backward()
-                value += float(loss.detach())
+                value += loss.detach().double()
             distributed.all_reduce_gradients(self.model, self.context)
-            value = distributed.sum_scalar(value, self.context)
+            value = distributed.sum_scalar(float(value), self.context)
             if not math.isfinite(value):
                 raise TrainingError(
                     f"training loss became {value} at epoch {self.epoch + 1}, step "
