@@ -16,6 +16,11 @@ and no Att-SVM constraint sees it (key differences have a zero last coordinate).
 ``HeadView.W_selection`` is ``W`` with that row zeroed, the part that decides the attention and
 the one compared with Att-SVM solutions.
 
+Where a layer's keys are a per-row subset of the window (STRec keeps fewer tokens layer by
+layer; ``AttentionInput.key_positions`` says which), the view is laid out on the whole window
+all the same: a column outside the layer's key set counts as padding (zero ``X`` row,
+``valid`` false), so positions mean the same history item in every layer.
+
 Everything is computed in float64 on a float64 copy of the model.
 """
 
@@ -43,7 +48,7 @@ class HeadView:
     head: int
     X: np.ndarray  # (n, L, D + 1) keys' inputs x̃ (zero rows at padding)
     Z: np.ndarray  # (n, D + 1) the last position's query input z̃
-    valid: np.ndarray  # (n, L) bool: key positions holding an item
+    valid: np.ndarray  # (n, L) bool: key positions holding an item (in the layer's key set)
     attention: np.ndarray  # (n, L) the model's attention of the last query (0 at padding)
     K: np.ndarray  # (D + 1, d_h) augmented key factor
     Q: np.ndarray  # (D + 1, d_h) augmented query factor
@@ -126,13 +131,14 @@ def extract(
     with torch.inference_mode():
         out = model64(item_seq, return_attention=True, return_layer_inputs=True, **(extras or {}))
     modules = model64.attention_modules()
-    valid = (item_seq != 0).numpy()
     views = []
     for layer, head in grid:
         attention = modules[layer]
         inputs = out.layer_inputs[layer]
+        keyed = key_columns(item_seq, inputs.key_positions).numpy()
         ones = torch.ones(*inputs.key.shape[:2], 1, dtype=torch.float64)
-        X = torch.cat([inputs.key, ones], dim=-1).numpy() * valid[..., None]
+        X = on_window(torch.cat([inputs.key, ones], dim=-1), inputs.key_positions, item_seq)
+        X = X.numpy() * keyed[..., None]
         Z = torch.cat([inputs.query[:, -1], ones[:, -1]], dim=-1).numpy()
         K, Q = head_factors(
             attention.q_proj.weight,
@@ -142,6 +148,26 @@ def extract(
             head,
             attention.num_heads,
         )
-        weights = out.attention[layer][:, head, -1].numpy() * valid
-        views.append(HeadView(layer, head, X, Z, valid, weights, K, Q))
+        weights = out.attention[layer][:, head, -1]
+        weights = on_window(weights, inputs.key_positions, item_seq).numpy() * keyed
+        views.append(HeadView(layer, head, X, Z, keyed, weights, K, Q))
     return views
+
+
+def key_columns(item_seq: torch.Tensor, key_positions: torch.Tensor | None) -> torch.Tensor:
+    """``(n, L)`` bool: window columns that hold an item and are among the layer's keys."""
+    valid = item_seq != 0
+    if key_positions is None:
+        return valid
+    return valid & torch.zeros_like(valid).scatter_(1, key_positions, True)
+
+
+def on_window(
+    values: torch.Tensor, key_positions: torch.Tensor | None, item_seq: torch.Tensor
+) -> torch.Tensor:
+    """Per-key ``values`` (n, k, …) laid out on the window's ``L`` columns (zero elsewhere)."""
+    if key_positions is None:
+        return values
+    shape = (values.shape[0], item_seq.shape[1], *values.shape[2:])
+    index = key_positions.reshape(*key_positions.shape, *[1] * (values.ndim - 2))
+    return values.new_zeros(shape).scatter_(1, index.expand_as(values), values)

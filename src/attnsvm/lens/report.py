@@ -358,11 +358,6 @@ def _write_report(
             f"{run.run_dir}: {run.config.model.name} is a non-neural baseline; "
             "it has no attention to read"
         )
-    if "timestamps" in type(run.model).extra_inputs:
-        raise LensError(
-            f"{run.run_dir}: {run.config.model.name} chooses its queries by event time and "
-            "shrinks them layer by layer; no layer has one query over all tokens to read"
-        )
     out = Path(out_dir) if out_dir is not None else run.run_dir / "lens"
     if sequences < 1:
         raise LensError(f"sequences must be ≥ 1, got {sequences}")
@@ -375,8 +370,12 @@ def _write_report(
     item_seq = run.model.scoring_input(torch.from_numpy(windows))
     model64 = float64_copy(run.model)
     grid = head_grid(model64, layer, head)
-    # a personalised model (SSE-PT) is read with each sampled user's own embedding
-    extras = model_inputs(run.model, torch.from_numpy(test.users[rows]), None)
+    # a personalised model (SSE-PT) is read with each sampled user's own embedding, a
+    # time-aware one (STRec) with the histories' event times
+    times = None
+    if test.history.times is not None:
+        times = torch.from_numpy(test.history.padded_times(run.max_len, rows))
+    extras = model_inputs(run.model, torch.from_numpy(test.users[rows]), times)
     views = extract(model64, item_seq, grid, extras)
     checkpoint_epoch = _checkpoint_epoch(run.run_dir)
     notes = [

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnsvm.lens.extract import LensError
+from attnsvm.lens.extract import LensError, key_columns
 from attnsvm.rec.models import SequentialRecommender
 from attnsvm.rec.nn.blocks import TransformerBlock, TransformerEncoder
 
@@ -279,11 +279,20 @@ def forced_by_rerun(
     model runs once per candidate token t with the head's output at the last query replaced by
     token t's value (its attention on t alone; ``out_proj`` still mixes the heads), so whatever
     reads that output later (later layers, a non-causal Fourier filter, a gate) sees the change.
-    Costs L forwards per sequence, batched ``rows_per_forward`` windows at a time."""
+    Costs L forwards per sequence, batched ``rows_per_forward`` windows at a time. Where the
+    layer's keys are a subset of the window (STRec), columns outside it are NaN, as padding."""
     attention = model64.attention_modules()[layer]
     width = attention.v_proj.weight.shape[0] // attention.num_heads
     columns = slice(head * width, (head + 1) * width)
     n, L = item_seq.shape
+    with torch.inference_mode():
+        plain = model64(item_seq, return_layer_inputs=True, **(extras or {}))
+    positions = plain.layer_inputs[layer].key_positions
+    keyed = key_columns(item_seq, positions).numpy()
+    key_index = torch.arange(L).expand(n, L)  # window column → index among the layer's keys
+    if positions is not None:  # a column outside the key set points at key 0; NaN at the end
+        ranks = torch.arange(positions.shape[1]).expand_as(positions)
+        key_index = torch.zeros((n, L), dtype=torch.long).scatter_(1, positions, ranks)
     per_forward = max(1, rows_per_forward // L)
     embedding, bias = _target_embeddings(model64, torch.as_tensor(targets))
     values: list[torch.Tensor] = []
@@ -302,19 +311,19 @@ def forced_by_rerun(
         attention.v_proj.register_forward_hook(keep_values),
         attention.out_proj.register_forward_pre_hook(force_last_query),
     ]
-    out = np.full((n, L), np.nan)
+    scores = np.full((n, L), np.nan)
     try:
         with torch.inference_mode():
             for start in range(0, n, per_forward):
                 rows = np.arange(start, min(start + per_forward, n))
-                candidates = torch.arange(L).repeat(len(rows))
+                candidates = key_index[rows].reshape(-1)
                 batch = {k: v.repeat_interleave(L, dim=0) for k, v in _rows(extras, rows).items()}
                 hidden = model64(item_seq[rows].repeat_interleave(L, dim=0), **batch)[:, -1]
                 logits = (hidden.view(len(rows), L, -1) * embedding[rows, None]).sum(-1)
                 if bias is not None:
                     logits = logits + bias[rows, None]
-                out[rows] = logits.numpy()
+                scores[rows] = logits.numpy()
     finally:
         for hook in hooks:
             hook.remove()
-    return np.where((item_seq != 0).numpy(), out, np.nan)
+    return np.where(keyed, scores, np.nan)

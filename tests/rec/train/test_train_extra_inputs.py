@@ -3,6 +3,7 @@ and runs AC-TSR's adversarial step; evaluation and recommendation pass the same 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +12,6 @@ import pytest
 import torch
 from train_helpers import NUM_ITEMS, tiny_config
 
-from attnsvm.lens.extract import LensError
 from attnsvm.lens.report import write_report
 from attnsvm.rec.config import ModelChoice
 from attnsvm.rec.train import train
@@ -59,7 +59,7 @@ def test_ssept_trains_one_user_row_per_training_user(walks, tmp_path) -> None:
 def test_strec_trains_and_recommends_with_timestamps(tmp_path) -> None:
     torch.set_num_threads(1)
     data = write_timed_walks(tmp_path)
-    config = _config(data, "strec")
+    config = _config(data, "strec", num_blocks=2)  # layer 1 reads the 3 tokens layer 0 kept
     split = load_split(config.data)
     assert split.train.times is not None and split.test.history.times is not None
     result = train(config, tmp_path / "strec", show_progress=False)
@@ -67,8 +67,13 @@ def test_strec_trains_and_recommends_with_timestamps(tmp_path) -> None:
     assert len(recommend(result.run_dir, user=1, k=3)) == 3
     with pytest.raises(ValueError, match="needs event times"):
         recommend(result.run_dir, history=["1", "4"], k=3)
-    with pytest.raises(LensError, match="no layer has one query over all tokens"):
-        write_report(result.run_dir, tmp_path / "lens", sequences=4, progress=False)
+    # the lens reads it with the histories' event times, counterfactual scores only; its last
+    # layer's keys are the tokens the earlier layers kept
+    report = write_report(result.run_dir, tmp_path / "lens", sequences=4, progress=False)
+    lens = json.loads((report.parent / "lens.json").read_text())
+    assert lens["score_kinds"] == ["counterfactual"]
+    tokens = [head["tokens_per_sequence"] for head in lens["heads"]]
+    assert tokens[-1] <= 3 < tokens[0]
 
 
 def test_strec_on_data_without_timestamps_is_refused_before_training(walks, tmp_path) -> None:

@@ -12,6 +12,7 @@ from zoo_helpers import (
     one_thread,
     overfit,
     run,
+    times_for,
     tiny_sequences,
 )
 
@@ -142,16 +143,31 @@ def test_attention_models_expose_weights_for_the_lens(name: str) -> None:
     torch.testing.assert_close(out.hidden, run(model, seq, torch.tensor([0, 1, 2])))
 
 
-@pytest.mark.parametrize("name", ["bsarec", "ssept", "actsr", "adamct", "matrrec"])
+def _extras(name: str, seq: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The extra inputs the lens reads a model with: SSE-PT's users, STRec's event times."""
+    if name == "ssept":
+        return {"users": torch.tensor([0, 5, 19])}
+    return {"timestamps": times_for(seq)} if name == "strec" else {}
+
+
+@pytest.mark.parametrize("name", ["bsarec", "ssept", "actsr", "adamct", "matrrec", "strec"])
 def test_the_lens_reads_every_attention_model(name: str) -> None:
     """The lens's W = K Qᵀ/√d reproduces each head's attention of the last position exactly;
-    AC-TSR's calibrated attention departs from the plain softmax(q·k) it reads, by design."""
+    AC-TSR's calibrated attention departs from the plain softmax(q·k) it reads, by design.
+    STRec's later layers see only the tokens kept so far: the rest of the window is padding."""
     from attnsvm.lens.extract import extract, float64_copy, head_grid
 
     model = float64_copy(make_model(name))
-    views = extract(model, random_sequences(), head_grid(model, None, None))
+    seq = random_sequences()
+    views = extract(model, seq, head_grid(model, None, None), _extras(name, seq))
     assert len(views) == sum(m.num_heads for m in model.attention_modules())
     for view in views:
+        kept = view.valid.sum(1)
+        if name == "strec" and view.layer > 0:  # 3 tokens kept of the 8-column window
+            assert (kept == 3).all() and view.valid[:, -1].all()
+            assert (view.X[~view.valid] == 0).all()
+        else:
+            np.testing.assert_array_equal(view.valid, (seq != 0).numpy())
         logits = view.logits()
         softmax = np.exp(logits - logits.max(1, keepdims=True))
         softmax /= softmax.sum(1, keepdims=True)
@@ -185,7 +201,7 @@ def _forced_reference(model64, seq, targets, layer: int, head: int, t: int, extr
 
 
 @pytest.mark.parametrize(
-    "name", ["sasrec", "bert4rec", "bsarec", "ssept", "actsr", "adamct", "matrrec"]
+    "name", ["sasrec", "bert4rec", "bsarec", "ssept", "actsr", "adamct", "matrrec", "strec"]
 )
 def test_counterfactual_scores_force_one_token_in_any_model(name: str) -> None:
     """The lens's counterfactual score of token t is the target's logit with the head's last
@@ -205,8 +221,26 @@ def test_counterfactual_scores_force_one_token_in_any_model(name: str) -> None:
     targets = np.array([4, 9, 17])
     layer = len(model64.attention_modules()) - 1
     # SSE-PT is read with each row's own user (the unknown user would be another model)
-    extras = {"users": torch.tensor([0, 5, 19])} if name == "ssept" else {}
+    extras = _extras(name, seq)
     scores = counterfactual_scores(model64, seq, targets, layer, 1, extras)
+    if name == "strec":  # its last layer's keys: 3 kept columns per row, forced one at a time
+        with torch.inference_mode():
+            out = model64(seq, return_layer_inputs=True, **extras)
+        positions = out.layer_inputs[layer].key_positions
+        assert np.isnan(scores).sum() == scores.size - positions.numel()
+        for row, columns in enumerate(positions.tolist()):
+            for key, column in enumerate(columns):
+                expected = _forced_reference(
+                    model64,
+                    seq[row : row + 1],
+                    targets[row : row + 1],
+                    layer,
+                    1,
+                    key,
+                    {"timestamps": extras["timestamps"][row : row + 1]},
+                )
+                np.testing.assert_allclose(scores[row, column], expected[0], rtol=1e-10)
+        return
     valid = (seq != 0).numpy()
     assert np.isnan(scores[~valid]).all() and np.isfinite(scores[valid]).all()
     for t in (2, MAX_LEN - 1):

@@ -97,7 +97,7 @@ class STRecLayer(nn.Module):
         attended, weights = self.attention(queries, x, keep_mask[:, None], return_weights)
         out = self.attention_norm(queries + self.dropout(attended))
         out = self.ffn_norm(out + self.ffn(out))
-        return out, kept, weights, AttentionInput(queries, x)
+        return out, kept, weights, AttentionInput(queries, x, positions)
 
 
 class STRec(SequentialRecommender):

@@ -31,6 +31,9 @@ class AttentionInput(NamedTuple):
 
     query: torch.Tensor  # (B, L, D)
     key: torch.Tensor  # (B, L, D); the same tensor as query for "pre" and "post"
+    # (B, n) window column of each key where the keys are a per-row subset of the window
+    # (STRec's later layers); None: the keys are the whole window, in order
+    key_positions: torch.Tensor | None = None
 
 
 class EncoderOutput(NamedTuple):
