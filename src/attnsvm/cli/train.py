@@ -108,13 +108,23 @@ def train_command(
 def evaluate_command(
     run_dir: Annotated[Path, typer.Argument(help="a finished run directory")],
     split: Annotated[str, typer.Option(help="test | valid")] = "test",
+    sampled: Annotated[
+        int | None,
+        typer.Option(help="also rank each target among N sampled negatives (labelled)"),
+    ] = None,
+    sampler: Annotated[str, typer.Option(help="uniform | popularity")] = "uniform",
 ) -> None:
-    """Full-ranking metrics of a run's best checkpoint."""
-    from attnsvm.rec.train.runs import evaluate_run
+    """Full-ranking metrics of a run's best checkpoint (and sampled ones, only on request)."""
+    from attnsvm.rec.train.runs import evaluate_run, sampled_evaluate_run
 
+    # the sampled request is checked (and run) first, so bad input prints nothing but its error
+    legacy = None if sampled is None else sampled_evaluate_run(run_dir, sampled, sampler, split)
     result = evaluate_run(run_dir, split)
     out.print(f"{split}: {result.protocol}")
     out.print(_metrics_table(f"{split} metrics", result.metrics))
+    if legacy is not None:
+        out.print(f"{split}: {legacy.protocol}")
+        out.print(_metrics_table(f"{split} metrics, sampled", legacy.metrics))
 
 
 @_clean_errors

@@ -100,6 +100,11 @@ def test_train_stops_on_nan_loss(walks, tmp_path, monkeypatch):
 def test_evaluate_recommend_compare(trained_run):
     result = runner.invoke(app, ["evaluate", str(trained_run), "--split", "valid"])
     assert result.exit_code == 0 and "valid: full ranking, seen items excluded" in result.output
+    result = runner.invoke(app, ["evaluate", str(trained_run), "--sampled", "10"])
+    assert result.exit_code == 0, result.output
+    assert "test: full ranking" in result.output and "(sampled: 10 uniform)" in result.output
+    result = runner.invoke(app, ["evaluate", str(trained_run), "--sampled", "10", "--sampler", "x"])
+    one_line_error(result, "sampler")
     result = runner.invoke(app, ["recommend", str(trained_run), "--history", "1 4 7", "-k", "3"])
     assert result.exit_code == 0 and result.output.split()[0] == "10"
     result = runner.invoke(app, ["recommend", str(trained_run), "--user", "101", "-k", "2"])

@@ -23,6 +23,7 @@ from attnsvm.rec.train import (
     train,
 )
 from attnsvm.rec.train.checkpoint import RunDirectory
+from attnsvm.rec.train.runs import sampled_evaluate_run
 
 
 def test_a_run_directory_is_whole_and_the_model_learns(trained_run):
@@ -171,6 +172,11 @@ def test_bf16_warmup_keep_last_and_labelled_sampled_metrics(walks, tmp_path):
     assert log[0]["lr"] < config.train.lr  # still warming up after the first epoch's 4 steps
     metrics = json.loads((result.run_dir / "metrics.json").read_text())
     assert "NDCG@10 (sampled: 20 uniform)" in metrics["test_sampled"]
+    # evaluating the run directory again draws the same negatives (the run's seed)
+    again = sampled_evaluate_run(result.run_dir, 20, "uniform")
+    assert again.metrics == pytest.approx(metrics["test_sampled"], abs=1e-12)
+    wider = sampled_evaluate_run(result.run_dir, 15, "popularity").metrics
+    assert "NDCG@10 (sampled: 15 popularity)" in wider
 
 
 @pytest.mark.slow

@@ -17,11 +17,18 @@ import torch
 from attnsvm.rec.config import RunConfig, load_config
 from attnsvm.rec.data.sequences import EvalTask, Sequences
 from attnsvm.rec.eval.ranking import EvalResult
+from attnsvm.rec.eval.sampled import sampled_evaluate
 from attnsvm.rec.models import MODELS, SequentialRecommender
 from attnsvm.rec.models.knn import Baseline
 from attnsvm.rec.train.baselines import evaluate_baseline, fit_baseline
 from attnsvm.rec.train.checkpoint import WEIGHTS, finished_run, load_weights
-from attnsvm.rec.train.trainer import evaluate_model, load_split, model_inputs, window_length
+from attnsvm.rec.train.trainer import (
+    evaluate_model,
+    load_split,
+    model_inputs,
+    score_function,
+    window_length,
+)
 
 
 @dataclass(frozen=True)
@@ -75,19 +82,24 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     return LoadedRun(path, config, model, np.array(maps["items"]), np.array(maps["users"]))
 
 
-def evaluate_run(run_dir: str | Path, split: str = "test") -> EvalResult:
-    """Full-ranking metrics of the run's best checkpoint on its data's ``test`` or ``valid``."""
+def _run_and_split(run_dir: str | Path, split: str):
     if split not in ("test", "valid"):
         raise ValueError(f"split must be 'test' or 'valid', got {split!r}")
     run = load_run(run_dir)
     data = load_split(run.config.data)
-    if run.baseline:
-        return evaluate_baseline(run.model, data, run.config, split)
-    if data.num_items != run.model.num_items:
+    if not run.baseline and data.num_items != run.model.num_items:
         raise ValueError(
             f"{run.run_dir}: the data now has {data.num_items} items, "
             f"the model {run.model.num_items}"
         )
+    return run, data
+
+
+def evaluate_run(run_dir: str | Path, split: str = "test") -> EvalResult:
+    """Full-ranking metrics of the run's best checkpoint on its data's ``test`` or ``valid``."""
+    run, data = _run_and_split(run_dir, split)
+    if run.baseline:
+        return evaluate_baseline(run.model, data, run.config, split)
     popularity = np.bincount(data.train.items, minlength=data.num_items + 1)
     return evaluate_model(
         run.model,
@@ -96,6 +108,32 @@ def evaluate_run(run_dir: str | Path, split: str = "test") -> EvalResult:
         run.config.eval,
         run.max_len,
         popularity=popularity,
+    )
+
+
+def sampled_evaluate_run(
+    run_dir: str | Path, n_negatives: int, sampler: str = "uniform", split: str = "test"
+) -> EvalResult:
+    """The legacy sampled protocol on the run's best checkpoint, for comparing with papers that
+    report it: each target ranked among ``n_negatives`` items drawn per user (never one the user
+    has seen, never the target), metrics labelled ``(sampled: N sampler)``. Negatives are drawn
+    with the run's seed, so a run configured with the same sampling reproduces its numbers."""
+    run, data = _run_and_split(run_dir, split)
+    task = getattr(data, split)
+    if run.baseline:
+        score = run.model.score_function(task)
+    else:
+        score = score_function(run.model, task, run.max_len, torch.device("cpu"))
+    return sampled_evaluate(
+        score,
+        task,
+        data.num_items,
+        n_negatives,
+        sampler,
+        seed=run.config.train.seed,
+        ks=run.config.eval.ks,
+        item_popularity=np.bincount(data.train.items, minlength=data.num_items + 1),
+        batch_size=run.config.eval.batch_size,
     )
 
 
