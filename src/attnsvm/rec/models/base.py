@@ -102,7 +102,7 @@ class TransformerConfig(Config):
     attention_dropout: float = 0.1
     max_len: int = 200
     norm: str = "sasrec"  # "pre" | "post" | "sasrec" (see attnsvm.rec.nn.blocks)
-    activation: str = "relu"  # "relu" | "gelu"
+    activation: str = "relu"  # "relu" | "gelu" | "swish"
     position: str = "learned"  # "learned" (from the right) | "learned_from_start" | "none"
     scale_embeddings: bool = True  # multiply item embeddings by √hidden_size (official SASRec)
     separate_output_embedding: bool = False

@@ -7,7 +7,8 @@ from torch import nn
 
 from attnsvm.rec.nn.dropout import Dropout
 
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+# "swish" is RecBole's name for SiLU, x·σ(x) (AdaMCT's official configs use it)
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
 
 
 class PointwiseFFN(nn.Module):
