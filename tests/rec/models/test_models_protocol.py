@@ -147,7 +147,7 @@ def test_attention_trace_and_modules(name: str) -> None:
     modules = net.attention_modules()
     assert len(modules) == 3 and all(isinstance(m, MultiHeadAttention) for m in modules)
     # the lens recomputes layer 0's weights from W_Q, W_K and the recorded inputs
-    attention, (query, key) = modules[0], trace.layer_inputs[0]
+    attention, (query, key, _) = modules[0], trace.layer_inputs[0]
     q = attention.q_proj(query).view(3, 12, 2, 8).transpose(1, 2)
     k = attention.k_proj(key).view(3, 12, 2, 8).transpose(1, 2)
     scores = q @ k.transpose(-1, -2) / 8**0.5

@@ -84,7 +84,8 @@ def test_encoder_fast_and_reference_paths_agree(norm: str) -> None:
     assert fast.attention is None and fast.layer_inputs is None
     assert len(traced.attention) == 2 and len(traced.layer_inputs) == 2
     assert torch.all(traced.hidden[1, :3] == 0)  # padding positions are zeroed
-    query, key = traced.layer_inputs[0]
+    query, key, key_positions = traced.layer_inputs[0]
+    assert key_positions is None  # the keys are the whole window
     if norm == "post":
         assert query is key and torch.equal(key, x)
     else:  # queries are layer-normalised
