@@ -115,11 +115,12 @@ def evaluate_command(
     sampler: Annotated[str, typer.Option(help="uniform | popularity")] = "uniform",
 ) -> None:
     """Full-ranking metrics of a run's best checkpoint (and sampled ones, only on request)."""
-    from attnsvm.rec.train.runs import evaluate_run, sampled_evaluate_run
+    from attnsvm.rec.train.runs import open_run
 
+    loaded = open_run(run_dir, split)  # the run and its data, read once for both protocols
     # the sampled request is checked (and run) first, so bad input prints nothing but its error
-    legacy = None if sampled is None else sampled_evaluate_run(run_dir, sampled, sampler, split)
-    result = evaluate_run(run_dir, split)
+    legacy = None if sampled is None else loaded.sampled(sampled, sampler)
+    result = loaded.full_ranking()
     out.print(f"{split}: {result.protocol}")
     out.print(_metrics_table(f"{split} metrics", result.metrics))
     if legacy is not None:

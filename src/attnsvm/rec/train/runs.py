@@ -16,6 +16,7 @@ import torch
 
 from attnsvm.rec.config import RunConfig, load_config
 from attnsvm.rec.data.sequences import EvalTask, Sequences
+from attnsvm.rec.data.splits import Split
 from attnsvm.rec.eval.ranking import EvalResult
 from attnsvm.rec.eval.sampled import sampled_evaluate
 from attnsvm.rec.models import MODELS, SequentialRecommender
@@ -82,7 +83,58 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     return LoadedRun(path, config, model, np.array(maps["items"]), np.array(maps["users"]))
 
 
-def _run_and_split(run_dir: str | Path, split: str):
+@dataclass(frozen=True)
+class RunOnSplit:
+    """A finished run and the ``test`` or ``valid`` task of its data, loaded once for any
+    number of evaluations."""
+
+    run: LoadedRun
+    data: Split
+    split: str
+
+    @property
+    def task(self) -> EvalTask:
+        return getattr(self.data, self.split)
+
+    @property
+    def popularity(self) -> np.ndarray:
+        return np.bincount(self.data.train.items, minlength=self.data.num_items + 1)
+
+    def full_ranking(self) -> EvalResult:
+        run, data = self.run, self.data
+        if run.baseline:
+            return evaluate_baseline(run.model, data, run.config, self.split)
+        return evaluate_model(
+            run.model,
+            self.task,
+            data.num_items,
+            run.config.eval,
+            run.max_len,
+            popularity=self.popularity,
+        )
+
+    def sampled(self, n_negatives: int, sampler: str = "uniform") -> EvalResult:
+        """The legacy sampled protocol (see :func:`sampled_evaluate_run`)."""
+        run, task = self.run, self.task
+        if run.baseline:
+            score = run.model.score_function(task)
+        else:
+            score = score_function(run.model, task, run.max_len, torch.device("cpu"))
+        return sampled_evaluate(
+            score,
+            task,
+            self.data.num_items,
+            n_negatives,
+            sampler,
+            seed=run.config.train.seed,
+            ks=run.config.eval.ks,
+            item_popularity=self.popularity,
+            batch_size=run.config.eval.batch_size,
+        )
+
+
+def open_run(run_dir: str | Path, split: str = "test") -> RunOnSplit:
+    """Load a finished run and its data's ``split``, checking that they still match."""
     if split not in ("test", "valid"):
         raise ValueError(f"split must be 'test' or 'valid', got {split!r}")
     run = load_run(run_dir)
@@ -92,23 +144,12 @@ def _run_and_split(run_dir: str | Path, split: str):
             f"{run.run_dir}: the data now has {data.num_items} items, "
             f"the model {run.model.num_items}"
         )
-    return run, data
+    return RunOnSplit(run, data, split)
 
 
 def evaluate_run(run_dir: str | Path, split: str = "test") -> EvalResult:
     """Full-ranking metrics of the run's best checkpoint on its data's ``test`` or ``valid``."""
-    run, data = _run_and_split(run_dir, split)
-    if run.baseline:
-        return evaluate_baseline(run.model, data, run.config, split)
-    popularity = np.bincount(data.train.items, minlength=data.num_items + 1)
-    return evaluate_model(
-        run.model,
-        getattr(data, split),
-        data.num_items,
-        run.config.eval,
-        run.max_len,
-        popularity=popularity,
-    )
+    return open_run(run_dir, split).full_ranking()
 
 
 def sampled_evaluate_run(
@@ -118,23 +159,7 @@ def sampled_evaluate_run(
     report it: each target ranked among ``n_negatives`` items drawn per user (never one the user
     has seen, never the target), metrics labelled ``(sampled: N sampler)``. Negatives are drawn
     with the run's seed, so a run configured with the same sampling reproduces its numbers."""
-    run, data = _run_and_split(run_dir, split)
-    task = getattr(data, split)
-    if run.baseline:
-        score = run.model.score_function(task)
-    else:
-        score = score_function(run.model, task, run.max_len, torch.device("cpu"))
-    return sampled_evaluate(
-        score,
-        task,
-        data.num_items,
-        n_negatives,
-        sampler,
-        seed=run.config.train.seed,
-        ks=run.config.eval.ks,
-        item_popularity=np.bincount(data.train.items, minlength=data.num_items + 1),
-        batch_size=run.config.eval.batch_size,
-    )
+    return open_run(run_dir, split).sampled(n_negatives, sampler)
 
 
 @dataclass(frozen=True)
