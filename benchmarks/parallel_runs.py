@@ -33,7 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from zoo import DATASETS, PAPER, VARIANTS, run_dir  # noqa: E402  (a sibling script, not a package)
+from zoo import DATASETS, PAPER, VARIANTS, run_dir, runs_on  # noqa: E402  (a sibling script, not a package)
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,11 @@ def zoo_jobs(seeds: list[int]) -> list[Job]:
             for setting_name in ("paper", "ce"):
                 if setting_name == "ce" and setting.loss.name == "ce":
                     continue  # the paper's loss is full CE: one run covers both
-                jobs += [Job(name, seed, dataset, setting_name) for dataset in DATASETS]
+                jobs += [
+                    Job(name, seed, dataset, setting_name)
+                    for dataset in DATASETS
+                    if runs_on(name, dataset)
+                ]
     return jobs
 
 

@@ -160,6 +160,12 @@ RUNS: dict[str, tuple[RunConfig, tuple[float, float], str]] = {
     ),
     "sasrec-ss-beauty": (beauty_sampled_softmax({}), *TRANSFORMER_BENCHMARK),
     "sasrec-ss-beauty-rectools": (beauty_sampled_softmax(RECTOOLS), *TRANSFORMER_BENCHMARK),
+    # RecTools' item network also drops out the item table (its dropout_rate, 0.2 here), one
+    # draw per forward shared by the inputs and the scored items (IdEmbeddingsItemNet)
+    "sasrec-ss-beauty-rectools-items": (
+        beauty_sampled_softmax(RECTOOLS | {"item_dropout": 0.2}),
+        *TRANSFORMER_BENCHMARK,
+    ),
     # the README's hyperparameter table says d = 64 for Beauty, where the yaml says 256
     "sasrec-ss-beauty-d64": (
         beauty_sampled_softmax(RECTOOLS | {"hidden_size": 64, "ffn_size": 64}),

@@ -73,3 +73,39 @@ def test_attention_training_path_keeps_the_expected_output() -> None:
     # position 0 attends only itself: with its one weight dropped, only out_proj's bias is left
     dropped = (draws[:, :, 0] - attention.out_proj.bias).abs().amax(-1) < 1e-12
     assert 0.17 < dropped.double().mean().item() < 0.23
+
+
+def test_item_table_dropout_is_one_draw_shared_by_inputs_and_scored_items():
+    from attnsvm.rec.nn.embedding import ItemEmbedding
+
+    torch.manual_seed(0)
+    items = ItemEmbedding(50, 16, table_dropout=0.3)
+    ids = torch.tensor([[0, 3, 7, 3], [1, 2, 49, 7]])
+    inputs = items(ids)
+    table = items.output_weight()
+    # an item's row is the same dropped row wherever it appears in this forward, and the
+    # table that scores items is that same draw
+    torch.testing.assert_close(inputs[0, 1], inputs[0, 3])
+    torch.testing.assert_close(inputs[1, 3], inputs[0, 2])
+    torch.testing.assert_close(table[ids[1]], inputs[1])
+    dropped = table[1:] == 0
+    assert 0.2 < dropped.float().mean() < 0.4
+    kept = items.input.weight[:51][1:]
+    torch.testing.assert_close(table[1:][~dropped], kept[~dropped] / 0.7)
+    # the next forward draws again; evaluation uses the plain table, and so does every call
+    # after a switch back to training until the next forward draws
+    items(ids)
+    assert not torch.equal(items.output_weight(), table)
+    items.eval()
+    torch.testing.assert_close(items(ids), items.input(ids))
+    torch.testing.assert_close(items.output_weight(), items.input.weight[:51])
+    items.train()
+    assert items._dropped is None
+
+
+def test_item_dropout_reaches_the_item_table_of_every_model_that_builds_one():
+    from attnsvm.rec.models import build_model
+
+    for name in ("sasrec", "bert4rec", "ssept", "bsarec"):
+        model = build_model(name, 20, item_dropout=0.25)
+        assert model.items.table_dropout == 0.25, name

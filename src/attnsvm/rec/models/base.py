@@ -106,6 +106,9 @@ class TransformerConfig(Config):
     position: str = "learned"  # "learned" (from the right) | "learned_from_start" | "none"
     scale_embeddings: bool = True  # multiply item embeddings by √hidden_size (official SASRec)
     separate_output_embedding: bool = False
+    #: dropout on the item table itself, drawn once per forward and shared by the input items
+    #: and the scored ones (RecTools' item network); 0 in the official SASRec codes
+    item_dropout: float = 0.0
     init_std: float = 0.02
     #: "normal": Normal(0, init_std) for every linear and embedding weight; "xavier_attention":
     #: the same but Glorot-uniform Q/K/V projections, as the official TF SASRec's dense layers
@@ -135,6 +138,7 @@ class TransformerConfig(Config):
             )
         self._range("dropout", 0.0, 1.0, high_open=True)
         self._range("attention_dropout", 0.0, 1.0, high_open=True)
+        self._range("item_dropout", 0.0, 1.0, high_open=True)
         self._choice("norm", NORM_LAYOUTS)
         self._choice("activation", tuple(ACTIVATIONS))
         self._choice("position", POSITION_KINDS)
@@ -235,7 +239,10 @@ class SequentialRecommender(nn.Module):
         """Set ``self.items`` (item table) and ``self.embed`` (input embedding) from the config."""
         config = self.config
         self.items = ItemEmbedding(
-            self.num_items, config.hidden_size, separate_output=config.separate_output_embedding
+            self.num_items,
+            config.hidden_size,
+            separate_output=config.separate_output_embedding,
+            table_dropout=config.item_dropout,
         )
         self.embed = SequenceEmbedding(
             self.items,

@@ -55,6 +55,7 @@ class BERT4Rec(SequentialRecommender):
             num_special=1,
             separate_output=config.separate_output_embedding,
             output_bias=config.output_bias,
+            table_dropout=config.item_dropout,
         )
         self.embed = SequenceEmbedding(
             self.items,

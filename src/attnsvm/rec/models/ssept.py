@@ -67,7 +67,7 @@ class SSEPT(SequentialRecommender):
         super().__init__(num_items, config)
         self.objective = config.objective
         dim, user_size = config.hidden_size, config.user_size
-        self.items = ItemEmbedding(num_items, dim - user_size)
+        self.items = ItemEmbedding(num_items, dim - user_size, table_dropout=config.item_dropout)
         self.users = nn.Embedding(config.num_users + 1, user_size)  # row 0: unknown user
         self.candidate_user_part = nn.Parameter(torch.zeros(user_size))
         if config.position == "learned_from_start":

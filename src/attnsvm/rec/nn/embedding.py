@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from attnsvm.rec.nn.dropout import Dropout
+from attnsvm.rec.nn.dropout import Dropout, dropout
 
 POSITION_KINDS = ("learned", "learned_from_start", "none")
 
@@ -28,21 +28,39 @@ class ItemEmbedding(nn.Module):
         num_special: int = 0,
         separate_output: bool = False,
         output_bias: bool = False,
+        table_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.num_items = num_items
         self.input = nn.Embedding(num_items + 1 + num_special, dim, padding_idx=0)
         self.output = nn.Embedding(num_items + 1, dim, padding_idx=0) if separate_output else None
         self.bias = nn.Parameter(torch.zeros(num_items + 1)) if output_bias else None
+        self.table_dropout = table_dropout
+        self._dropped: torch.Tensor | None = None  # the last training forward's input table
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.input(ids)
+        if not (self.training and self.table_dropout):
+            return self.input(ids)
+        # RecTools' item network: dropout on the whole table, one draw per forward, which the
+        # items scored after this forward (``output_weight``) share with the inputs
+        self._dropped = dropout(self.input.weight, self.table_dropout)
+        return self._dropped[ids]
 
     def output_weight(self) -> torch.Tensor:
-        """The ``(num_items + 1, dim)`` table that item logits are dot products with."""
+        """The ``(num_items + 1, dim)`` table that item logits are dot products with; in
+        training with ``table_dropout``, the table the last forward drew (a fresh draw for a
+        separate output table)."""
         if self.output is not None:
-            return self.output.weight
+            return dropout(self.output.weight, self.table_dropout, self.training)
+        if self.training and self.table_dropout:
+            if self._dropped is None:
+                self._dropped = dropout(self.input.weight, self.table_dropout)
+            return self._dropped[: self.num_items + 1]
         return self.input.weight[: self.num_items + 1]
+
+    def train(self, mode: bool = True) -> ItemEmbedding:
+        self._dropped = None  # never score with a table drawn before a switch of mode
+        return super().train(mode)
 
 
 class SequenceEmbedding(nn.Module):
