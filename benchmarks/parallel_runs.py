@@ -33,7 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from zoo import DATASETS, PAPER, VARIANTS, run_dir, runs_on  # noqa: E402  (a sibling script, not a package)
+from zoo import DATASETS, PAPER, ROOT, VARIANTS, run_dir, runs_on  # noqa: E402  (a sibling script, not a package)
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class Job:
         ]
 
 
-def zoo_jobs(seeds: list[int]) -> list[Job]:
+def zoo_jobs(seeds: list[int], root: Path = ROOT) -> list[Job]:
     jobs = []
     for seed in seeds:
         for name, setting in PAPER.items():
@@ -123,12 +123,12 @@ def zoo_jobs(seeds: list[int]) -> list[Job]:
                 jobs += [
                     Job(name, seed, dataset, setting_name)
                     for dataset in DATASETS
-                    if runs_on(name, dataset)
+                    if runs_on(name, dataset, root)
                 ]
     return jobs
 
 
-def default_jobs() -> list[Job]:
+def default_jobs(root: Path = ROOT) -> list[Job]:
     """Longest first among the published runs, then seed 0 of every zoo row, then the other
     seeds, then the diagnostic variants of SASRec+ and the zoo's diagnostic rows."""
     published = [
@@ -154,7 +154,8 @@ def default_jobs() -> list[Job]:
         )
     ]
     diagnostics = [Job(name, 0, "beauty", "paper") for name in VARIANTS]
-    return [*published, *zoo_jobs([0]), *more_seeds, *zoo_jobs([1, 2]), *variants, *diagnostics]
+    zoo_first, zoo_rest = zoo_jobs([0], root), zoo_jobs([1, 2], root)
+    return [*published, *zoo_first, *more_seeds, *zoo_rest, *variants, *diagnostics]
 
 
 @dataclass
@@ -231,7 +232,7 @@ def run_pool(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/parallel_runs"))
-    parser.add_argument("--root", type=Path, default=HERE.parent.parent / "shared" / "data")
+    parser.add_argument("--root", type=Path, default=ROOT)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
         "--deadline",
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", help="job labels to run (default: all, in order)")
     parser.add_argument("--list", action="store_true", help="print the job labels and stop")
     args = parser.parse_args(argv)
-    jobs = default_jobs()
+    jobs = default_jobs(args.root)
     if args.only:
         known = {job.label: job for job in jobs}
         unknown = sorted(set(args.only) - set(known))

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, TrainConfig
+from attnsvm.rec.data.datasets import keeps_times
 from attnsvm.rec.eval.ranking import EvalResult
 from attnsvm.rec.models import LossConfig
 from attnsvm.rec.models.registry import MODELS, resolve
@@ -110,15 +111,14 @@ BASELINE_NAMES = ("pop", "sknn", "vsknn", "vstan")
 # name → max_len (the papers' windows). ML-100K is the one with event timestamps: STRec picks its
 # queries by time, and neither S3-Beauty nor the SASRec version of ML-1M keeps the times.
 DATASETS = {"beauty": 50, "ml-1m": 200, "ml-100k": 50}
-TIMED_DATASETS = ("ml-100k",)
 
 
-def runs_on(name: str, dataset: str) -> bool:
+def runs_on(name: str, dataset: str, root: Path = ROOT) -> bool:
     """Whether the zoo trains ``name`` on ``dataset``: time-aware models need timestamps."""
     if name in BASELINE_NAMES:
         return True
     model = MODELS[resolve(SETTINGS[name].model)[0]].model_class
-    return "timestamps" not in model.extra_inputs or dataset in TIMED_DATASETS
+    return "timestamps" not in model.extra_inputs or keeps_times(dataset, root)
 
 
 def run_config(
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for dataset in args.datasets:
         for name in args.models:
-            if not runs_on(name, dataset):
+            if not runs_on(name, dataset, args.root):
                 print(f"skipped: {name} needs event timestamps and {dataset} has none")
                 continue
             if name in BASELINE_NAMES:

@@ -174,3 +174,22 @@ def test_unknown_name_lists_the_registry():
         "yoochoose",
         "synthetic",
     }
+
+
+def test_keeps_times_follows_the_file_found_under_the_root(tmp_path):
+    ratings = tmp_path / "with-times" / "ml-1m"
+    ratings.mkdir(parents=True)
+    rows = [f"{u}::{i}::5::{978300000 + 10 * u + i}" for u in range(1, 6) for i in range(1, 6)]
+    (ratings / "ratings.dat").write_text("\n".join(rows) + "\n")  # survives the 5-core
+    per_user = tmp_path / "per-user" / "ml-1m"
+    per_user.mkdir(parents=True)
+    (per_user / "ml-1m_seq_origids.txt").write_text("1 1 2 3\n")
+    # ML-1M's ratings.dat has a time column, its SASRec per-user file only the order
+    assert datasets.keeps_times("ml-1m", tmp_path / "with-times")
+    assert not datasets.keeps_times("ml-1m", tmp_path / "per-user")
+    assert load_dataset("ml-1m", root=tmp_path / "with-times").timestamp is not None
+    # no file found: timed only if every accepted file is
+    assert not datasets.keeps_times("ml-1m", tmp_path / "empty")
+    assert datasets.keeps_times("ml-100k") and not datasets.keeps_times("beauty")
+    with pytest.raises(KeyError, match="unknown dataset"):
+        datasets.keeps_times("no-such-data")

@@ -25,6 +25,16 @@ from attnsvm.rec.data.errors import ChecksumError, DataFormatError
 from attnsvm.rec.data.interactions import Interactions, temporary_beside
 
 Reader = Callable[[str | Path, bytes | None], Interactions]
+# The readers of layouts with a time column: their tables keep event times (time-aware models,
+# temporal splits); the per-user, pair and session-line layouts have only the order.
+TIMED_READERS: frozenset[Reader] = frozenset(
+    {
+        readers.read_movielens_dat,
+        readers.read_movielens_udata,
+        readers.read_movielens_csv,
+        readers.read_session_tsv,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,11 @@ class SourceFile:
     name: str
     reader: Reader
     sha256: str | None = None
+
+    @property
+    def timed(self) -> bool:
+        """Whether the table read from this file keeps event times."""
+        return self.reader in TIMED_READERS
 
 
 @dataclass(frozen=True)
@@ -424,6 +439,27 @@ def download(name: str, cache_dir: str | Path | None = None, *, progress: bool =
     return prepare(name, raw, cache_dir)
 
 
+def _raw_folder(dataset: DatasetSpec, root: Path) -> Path:
+    """The folder under ``root`` that holds ``dataset``'s raw files (``root`` itself if none)."""
+    return next((root / f for f in dataset.folders if (root / f).is_dir()), root)
+
+
+def keeps_times(name: str, root: str | Path | None = None) -> bool:
+    """Whether ``load_dataset(name, root=root)`` gives event times, without reading the data.
+
+    Decided by the raw file found under ``root`` (ML-1M's ``ratings.dat`` has times, its
+    SASRec per-user file has not); with no ``root`` or no file there, only a dataset whose
+    every accepted file has times counts as timed.
+    """
+    dataset = spec(name)
+    if root is not None:
+        folder = _raw_folder(dataset, Path(root))
+        for candidate in dataset.files:
+            if next(folder.rglob(candidate.name), None) is not None:
+                return candidate.timed
+    return bool(dataset.files) and all(f.timed for f in dataset.files)
+
+
 def load_dataset(
     name_or_path: str | Path, *, root: str | Path | None = None, cache_dir: str | Path | None = None
 ) -> Interactions:
@@ -438,10 +474,7 @@ def load_dataset(
         if DATASETS[name].generate is not None:
             return DATASETS[name].generate()
         if root is not None:
-            dataset = DATASETS[name]
-            root = Path(root)
-            folder = next((root / f for f in dataset.folders if (root / f).is_dir()), root)
-            return read_raw(name, folder)[0]
+            return read_raw(name, _raw_folder(DATASETS[name], Path(root)))[0]
         cached = prepared_path(name, cache_dir)
         if not cached.exists():
             raise DataFormatError(
