@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +97,7 @@ class RunOnSplit:
     def task(self) -> EvalTask:
         return getattr(self.data, self.split)
 
-    @property
+    @cached_property  # full ranking and sampled metrics both use it
     def popularity(self) -> np.ndarray:
         return np.bincount(self.data.train.items, minlength=self.data.num_items + 1)
 
