@@ -189,51 +189,21 @@ def run_one(
 
 
 def run_baseline(out: Path, dataset: str, name: str, root: Path = ROOT) -> None:
-    """A kNN/pop baseline: deterministic, so one "seed"; written like a run (atomically)."""
-    import shutil
-    import tempfile
-
-    from attnsvm.rec.data.datasets import load_dataset
-    from attnsvm.rec.data.splits import leave_one_out
-    from attnsvm.rec.eval import evaluate
-    from attnsvm.rec.models.knn import build_baseline
-    from attnsvm.rec.train.checkpoint import atomic_write_json
+    """A kNN/pop baseline: deterministic, so one "seed"; a run directory like any model's."""
+    from attnsvm.rec.train.trainer import train
 
     path = run_dir(out, dataset, name, "paper", 0)
     if path.is_dir():
         print(f"done already: {path}")
         return
-    split = leave_one_out(load_dataset(dataset, root=root))
-    start = time.perf_counter()
-    model = build_baseline(name).fit(split.train, split.num_items)
-    fit_seconds = time.perf_counter() - start
-    result = evaluate(
-        model.score_function(split.test),
-        split.test,
-        split.num_items,
-        ks=(5, 10, 20),
-        batch_size=512,
+    config = RunConfig(
+        model=ModelChoice(name),
+        data=DataConfig(dataset, root=str(root), max_len=DATASETS[dataset]),
+        eval=EvalConfig(ks=(5, 10, 20)),
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-    try:
-        result.save(work / "test_eval.json")
-        atomic_write_json(
-            work / "metrics.json",
-            {
-                "protocol": f"{split.protocol}, {result.protocol}",
-                "test": result.metrics,
-                "train_seconds": fit_seconds,
-                "eval_seconds": time.perf_counter() - start - fit_seconds,
-            },
-        )
-        work.rename(path)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+    result = train(config, path)
     print(
-        f"{dataset} {name}: HR@10 {result.metrics['HR@10']:.4f} "
-        f"NDCG@10 {result.metrics['NDCG@10']:.4f}",
+        f"{dataset} {name}: HR@10 {result.test['HR@10']:.4f} NDCG@10 {result.test['NDCG@10']:.4f}",
         flush=True,
     )
 

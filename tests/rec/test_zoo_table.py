@@ -63,3 +63,16 @@ def test_the_table_pairs_rows_on_a_seed_both_have(tmp_path):
     convformer = rows["convformer"].split(" | ")
     assert convformer[2] == "paper bce, 1 neg. (unfinished): 3 epochs, best 2"
     assert convformer[9] == "— |"  # an unfinished seed 0 against no SASRec+ seed 0
+
+
+def test_a_zoo_baseline_is_a_run_directory_that_evaluate_reproduces(shared_data, tmp_path):
+    from attnsvm.rec.train.runs import open_run
+
+    zoo = _zoo()
+    zoo.run_baseline(tmp_path, "ml-100k", "pop", shared_data)
+    path = zoo.run_dir(tmp_path, "ml-100k", "pop", "paper", 0)
+    recorded = json.loads((path / "metrics.json").read_text())
+    assert recorded["test_seconds"] > 0
+    again = open_run(path).full_ranking()
+    assert again.metrics["NDCG@10"] == recorded["test"]["NDCG@10"]
+    assert "| ml-100k | pop | — (non-neural) | 1 |" in zoo.table(tmp_path)
