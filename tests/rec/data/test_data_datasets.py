@@ -193,3 +193,18 @@ def test_keeps_times_follows_the_file_found_under_the_root(tmp_path):
     assert datasets.keeps_times("ml-100k") and not datasets.keeps_times("beauty")
     with pytest.raises(KeyError, match="unknown dataset"):
         datasets.keeps_times("no-such-data")
+
+
+def test_a_root_never_lends_one_dataset_another_ones_file(tmp_path):
+    # ml-latest-small and ML-20M both ship a ratings.csv: without an ml-20m folder, ML-20M
+    # must not be read from ml-latest-small's
+    other = tmp_path / "ml-latest-small"
+    other.mkdir()
+    rows = [f"{u},{i},4.0,{1000 + i}" for u in range(1, 6) for i in range(1, 21)]
+    (other / "ratings.csv").write_text("userId,movieId,rating,timestamp\n" + "\n".join(rows))
+    with pytest.raises(DataFormatError, match="no ml-20m folder"):
+        load_dataset("ml-20m", root=tmp_path)
+    assert load_dataset("ml-latest-small", root=tmp_path).user_ids.size == 5
+    # the dataset's own file directly in the root is read
+    (tmp_path / "ratings.csv").write_text((other / "ratings.csv").read_text())
+    assert load_dataset("ml-20m", root=tmp_path).user_ids.size == 5

@@ -301,15 +301,24 @@ def _verify(source: str, data: bytes, expected: str | None) -> str:
     return actual
 
 
+def _in_folder(dataset: DatasetSpec, folder: Path) -> tuple[SourceFile, Path] | None:
+    """The first accepted raw file anywhere inside ``folder``, in the order of preference."""
+    for candidate in dataset.files:
+        hits = sorted(folder.rglob(candidate.name))
+        if hits:
+            return candidate, hits[0]
+    return None
+
+
 def _find_raw(dataset: DatasetSpec, source: Path) -> tuple[SourceFile, str, bytes]:
     """The first accepted raw file inside ``source`` (a file, a folder or a .zip)."""
     names = ", ".join(f.name for f in dataset.files)
     if source.is_dir():
-        for candidate in dataset.files:
-            hits = sorted(source.rglob(candidate.name))
-            if hits:
-                return candidate, str(hits[0]), hits[0].read_bytes()
-        raise DataFormatError(source, f"holds none of the {dataset.name} files ({names})")
+        found = _in_folder(dataset, source)
+        if found is None:
+            raise DataFormatError(source, f"holds none of the {dataset.name} files ({names})")
+        candidate, path = found
+        return candidate, str(path), path.read_bytes()
     if not source.exists():
         raise DataFormatError(source, "no such file or folder")
     if zipfile.is_zipfile(source):
@@ -439,9 +448,25 @@ def download(name: str, cache_dir: str | Path | None = None, *, progress: bool =
     return prepare(name, raw, cache_dir)
 
 
-def _raw_folder(dataset: DatasetSpec, root: Path) -> Path:
-    """The folder under ``root`` that holds ``dataset``'s raw files (``root`` itself if none)."""
-    return next((root / f for f in dataset.folders if (root / f).is_dir()), root)
+def _raw_file(dataset: DatasetSpec, root: Path) -> tuple[SourceFile, Path]:
+    """The raw file ``load_dataset`` reads under ``root``: one inside the dataset's own folder,
+    else one directly in ``root``. Never a search through all of ``root``, where another
+    dataset's folder may hold a file of the same name (ml-latest-small's ``ratings.csv`` is
+    not ML-20M)."""
+    for folder in dataset.folders:
+        found = _in_folder(dataset, root / folder) if (root / folder).is_dir() else None
+        if found is not None:
+            return found
+    for candidate in dataset.files:
+        if (root / candidate.name).is_file():
+            return candidate, root / candidate.name
+    folders = ", ".join(f"{f}/" for f in dataset.folders)
+    names = ", ".join(f.name for f in dataset.files)
+    raise DataFormatError(
+        root,
+        f"has no {dataset.name} folder ({folders}) holding one of its files ({names}), "
+        "nor such a file itself",
+    )
 
 
 def keeps_times(name: str, root: str | Path | None = None) -> bool:
@@ -452,11 +477,11 @@ def keeps_times(name: str, root: str | Path | None = None) -> bool:
     every accepted file has times counts as timed.
     """
     dataset = spec(name)
-    if root is not None:
-        folder = _raw_folder(dataset, Path(root))
-        for candidate in dataset.files:
-            if next(folder.rglob(candidate.name), None) is not None:
-                return candidate.timed
+    if root is not None and dataset.files:
+        try:
+            return _raw_file(dataset, Path(root))[0].timed
+        except DataFormatError:
+            pass  # nothing to read there: loading would fail; answer for the dataset itself
     return bool(dataset.files) and all(f.timed for f in dataset.files)
 
 
@@ -465,16 +490,17 @@ def load_dataset(
 ) -> Interactions:
     """A registered dataset (standard preprocessing applied), ``synthetic``, or a file.
 
-    With ``root`` the raw files are read from ``root/<folder>`` (e.g. ``../shared/data``);
-    without it, from the cache that ``prepare``/``download`` filled. A path that is not a
-    registered name is read with the reader its name or first line implies, as is.
+    With ``root`` the raw file is read from the dataset's folder under ``root`` (e.g.
+    ``../shared/data/ml-1m``) or from ``root`` itself; without it, from the cache that
+    ``prepare``/``download`` filled. A path that is not a registered name is read with the
+    reader its name or first line implies, as is.
     """
     name = str(name_or_path)
     if name in DATASETS:
         if DATASETS[name].generate is not None:
             return DATASETS[name].generate()
         if root is not None:
-            return read_raw(name, _raw_folder(DATASETS[name], Path(root)))[0]
+            return read_raw(name, _raw_file(DATASETS[name], Path(root))[1])[0]
         cached = prepared_path(name, cache_dir)
         if not cached.exists():
             raise DataFormatError(
