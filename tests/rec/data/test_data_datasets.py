@@ -208,3 +208,12 @@ def test_a_root_never_lends_one_dataset_another_ones_file(tmp_path):
     # the dataset's own file directly in the root is read
     (tmp_path / "ratings.csv").write_text((other / "ratings.csv").read_text())
     assert load_dataset("ml-20m", root=tmp_path).user_ids.size == 5
+
+
+def test_prepare_from_a_folder_of_many_datasets_takes_only_this_ones(tmp_path):
+    other = tmp_path / "raw" / "ml-latest-small"
+    other.mkdir(parents=True)
+    (other / "ratings.csv").write_text("userId,movieId,rating,timestamp\n1,1,4.0,1\n")
+    with pytest.raises(DataFormatError, match="no ml-20m folder"):
+        datasets.prepare("ml-20m", tmp_path / "raw", tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()

@@ -310,14 +310,33 @@ def _in_folder(dataset: DatasetSpec, folder: Path) -> tuple[SourceFile, Path] | 
     return None
 
 
+def _raw_file(dataset: DatasetSpec, root: Path) -> tuple[SourceFile, Path]:
+    """The raw file read from a folder ``root``: one inside the dataset's own folder,
+    else one directly in ``root``. Never a search through all of ``root``, where another
+    dataset's folder may hold a file of the same name (ml-latest-small's ``ratings.csv`` is
+    not ML-20M)."""
+    for folder in dataset.folders:
+        found = _in_folder(dataset, root / folder) if (root / folder).is_dir() else None
+        if found is not None:
+            return found
+    for candidate in dataset.files:
+        if (root / candidate.name).is_file():
+            return candidate, root / candidate.name
+    folders = ", ".join(f"{f}/" for f in dataset.folders)
+    names = ", ".join(f.name for f in dataset.files)
+    raise DataFormatError(
+        root,
+        f"has no {dataset.name} folder ({folders}) holding one of its files ({names}), "
+        "nor such a file itself",
+    )
+
+
 def _find_raw(dataset: DatasetSpec, source: Path) -> tuple[SourceFile, str, bytes]:
-    """The first accepted raw file inside ``source`` (a file, a folder or a .zip)."""
+    """The accepted raw file that ``source`` is or holds (a file, a folder as in
+    ``_raw_file``, or a .zip)."""
     names = ", ".join(f.name for f in dataset.files)
     if source.is_dir():
-        found = _in_folder(dataset, source)
-        if found is None:
-            raise DataFormatError(source, f"holds none of the {dataset.name} files ({names})")
-        candidate, path = found
+        candidate, path = _raw_file(dataset, source)
         return candidate, str(path), path.read_bytes()
     if not source.exists():
         raise DataFormatError(source, "no such file or folder")
@@ -446,27 +465,6 @@ def download(name: str, cache_dir: str | Path | None = None, *, progress: bool =
     if not raw.exists():
         fetch(dataset.url, raw, dataset.checksum, progress=progress)
     return prepare(name, raw, cache_dir)
-
-
-def _raw_file(dataset: DatasetSpec, root: Path) -> tuple[SourceFile, Path]:
-    """The raw file ``load_dataset`` reads under ``root``: one inside the dataset's own folder,
-    else one directly in ``root``. Never a search through all of ``root``, where another
-    dataset's folder may hold a file of the same name (ml-latest-small's ``ratings.csv`` is
-    not ML-20M)."""
-    for folder in dataset.folders:
-        found = _in_folder(dataset, root / folder) if (root / folder).is_dir() else None
-        if found is not None:
-            return found
-    for candidate in dataset.files:
-        if (root / candidate.name).is_file():
-            return candidate, root / candidate.name
-    folders = ", ".join(f"{f}/" for f in dataset.folders)
-    names = ", ".join(f.name for f in dataset.files)
-    raise DataFormatError(
-        root,
-        f"has no {dataset.name} folder ({folders}) holding one of its files ({names}), "
-        "nor such a file itself",
-    )
 
 
 def keeps_times(name: str, root: str | Path | None = None) -> bool:
