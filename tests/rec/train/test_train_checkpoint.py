@@ -75,6 +75,12 @@ def test_run_directory_life_cycle(tmp_path):
         RunDirectory.for_resume(tmp_path / "run")
     with pytest.raises(RunDirError, match=r"did not finish; continue it with --resume"):
         finished_run(tmp_path / "run")
+    for name in ("config.json", "model.json", "id_maps.json", "model.safetensors"):
+        (run.work / name).write_text("{}")  # a best checkpoint so far is not a finished run
+    with pytest.raises(RunDirError, match=r"run.incomplete: the run did not finish"):
+        finished_run(run.work)
+    for name in ("config.json", "model.json", "id_maps.json", "model.safetensors"):
+        (run.work / name).unlink()
     (run.work / "resume.pt").write_bytes(b"")
     assert RunDirectory.for_resume(tmp_path / "run.incomplete").final == tmp_path / "run"
     assert run.finish() == tmp_path / "run"

@@ -140,6 +140,8 @@ class RunDirectory:
 def finished_run(path: str | Path) -> Path:
     """``path`` as a finished run directory, or a clear error."""
     path = Path(path)
+    if path.name.endswith(INCOMPLETE_SUFFIX):  # the work folder itself: files, but no result
+        raise RunDirError(f"{path}: the run did not finish; continue it with --resume {path}")
     if not path.is_dir():
         partial = RunDirectory(path).partial
         if partial.is_dir():
