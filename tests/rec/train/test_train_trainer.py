@@ -157,6 +157,16 @@ def test_bad_data_leaves_no_run_directory(tmp_path):
     assert not RunDirectory(tmp_path / "run").partial.exists()
 
 
+def test_epoch_lines_mark_a_new_best_only_when_the_best_is_kept(walks, tmp_path, capsys):
+    config = tiny_config(walks, epochs=2)
+    train(config, tmp_path / "best", show_progress=False)
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith("epoch   1") and " * " in first  # the first epoch is a new best
+    last = dataclasses.replace(config, train=dataclasses.replace(config.train, keep="last"))
+    train(last, tmp_path / "last", show_progress=False)
+    assert " * " not in capsys.readouterr().err  # every epoch is kept: nothing to mark
+
+
 def test_bf16_warmup_keep_last_and_labelled_sampled_metrics(walks, tmp_path):
     config = tiny_config(walks, epochs=2)
     config = dataclasses.replace(

@@ -651,7 +651,8 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
                 _write_log(run.work / "log.jsonl", loop.history)
                 if writer is not None:
                     _log_tensorboard(writer, record)
-                progress.console.print(_summary(record, metric, loop.best_epoch == loop.epoch))
+                improved = config.train.keep == "best" and loop.best_epoch == loop.epoch
+                progress.console.print(_summary(record, metric, improved))
                 epoch_state = EpochState(
                     loop.epoch, loop.step, model, record["train_loss"], record["valid"], run.work
                 )
@@ -732,8 +733,9 @@ def _log_tensorboard(writer, record: dict[str, Any]) -> None:
         writer.add_scalar(f"valid/{name}", value, record["epoch"])
 
 
-def _summary(record: dict[str, Any], metric: str, best: bool) -> str:
-    mark = " *" if best else ""
+def _summary(record: dict[str, Any], metric: str, improved: bool) -> str:
+    """One epoch's line; ``*`` marks a new best validation score (the checkpoint kept so far)."""
+    mark = " *" if improved else ""
     return (
         f"epoch {record['epoch']:>3}  loss {record['train_loss']:.4f}  "
         f"valid {metric} {record['valid'][metric]:.4f}{mark}  "
