@@ -3,9 +3,10 @@
 A rating log sorted by time leaves events of the same second in some order, and leave-one-out
 makes the last of them the test item. Two copies of one dataset whose ties were broken
 differently (a stable sort keeps the file order; pandas' default quicksort does not) are two
-different tasks. ML-1M's copy here was sorted by an unstable sort, its SASRec copy by a stable
-one, and no timestamps came with it; ML-100K keeps its timestamps, so this script measures the
-effect there: SASRec+ in the zoo's setting, trained and tested on three tie orders.
+different tasks. ML-1M's copy here was sorted by an unstable sort and came without timestamps;
+how SASRec's ``ml-1m.txt`` (the published numbers' copy) broke ties is not published. ML-100K
+keeps its timestamps, so this script measures the effect there: SASRec+ in the zoo's setting,
+trained and tested on three tie orders.
 
 - ``file``: ties in ``u.data`` order (what ``load_dataset`` gives: a stable sort);
 - ``item id``: ties by ascending item id, a pattern a model can learn;
