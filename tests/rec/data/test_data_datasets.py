@@ -193,6 +193,11 @@ def test_keeps_times_follows_the_file_found_under_the_root(tmp_path):
     assert datasets.keeps_times("ml-100k") and not datasets.keeps_times("beauty")
     with pytest.raises(KeyError, match="unknown dataset"):
         datasets.keeps_times("no-such-data")
+    # the cache: what the prepared copy was read from
+    cache = tmp_path / "cache"
+    assert not datasets.keeps_times("ml-1m", cache_dir=cache)
+    datasets.prepare("ml-1m", tmp_path / "with-times", cache)
+    assert datasets.keeps_times("ml-1m", cache_dir=cache)
 
 
 def test_a_root_never_lends_one_dataset_another_ones_file(tmp_path):

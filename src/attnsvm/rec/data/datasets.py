@@ -467,12 +467,15 @@ def download(name: str, cache_dir: str | Path | None = None, *, progress: bool =
     return prepare(name, raw, cache_dir)
 
 
-def keeps_times(name: str, root: str | Path | None = None) -> bool:
-    """Whether ``load_dataset(name, root=root)`` gives event times, without reading the data.
+def keeps_times(
+    name: str, root: str | Path | None = None, cache_dir: str | Path | None = None
+) -> bool:
+    """Whether ``load_dataset(name, root=root, cache_dir=cache_dir)`` gives event times, without
+    reading the data.
 
-    Decided by the raw file found under ``root`` (ML-1M's ``ratings.dat`` has times, its
-    SASRec per-user file has not); with no ``root`` or no file there, only a dataset whose
-    every accepted file has times counts as timed.
+    Decided by the raw file found under ``root``, or without ``root`` by the file the cached copy
+    was prepared from (ML-1M's ``ratings.dat`` has times, its SASRec per-user file has not);
+    where neither is found, only a dataset whose every accepted file has times counts as timed.
     """
     dataset = spec(name)
     if root is not None and dataset.files:
@@ -480,6 +483,13 @@ def keeps_times(name: str, root: str | Path | None = None) -> bool:
             return _raw_file(dataset, Path(root))[0].timed
         except DataFormatError:
             pass  # nothing to read there: loading would fail; answer for the dataset itself
+    if root is None:
+        meta = prepared_path(name, cache_dir).with_name("meta.json")
+        if meta.is_file():
+            prepared_from = Path(json.loads(meta.read_text()).get("file", "")).name
+            for candidate in dataset.files:
+                if candidate.name == prepared_from:
+                    return candidate.timed
     return bool(dataset.files) and all(f.timed for f in dataset.files)
 
 
