@@ -72,7 +72,7 @@ def test_a_zoo_baseline_is_a_run_directory_that_evaluate_reproduces(shared_data,
     zoo.run_baseline(tmp_path, "ml-100k", "pop", shared_data)
     path = zoo.run_dir(tmp_path, "ml-100k", "pop", "paper", 0)
     recorded = json.loads((path / "metrics.json").read_text())
-    assert recorded["test_seconds"] > 0
+    assert recorded["test_seconds"] > 0 and recorded["devices"] == ["cpu (numpy)"]
     again = open_run(path).full_ranking()
     assert again.metrics["NDCG@10"] == recorded["test"]["NDCG@10"]
     assert "| ml-100k | pop | — (non-neural) | 1 |" in zoo.table(tmp_path)

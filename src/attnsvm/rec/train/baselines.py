@@ -83,6 +83,7 @@ def train_baseline(config: RunConfig, run_dir: str | Path | None = None) -> RunR
             "stopped_early": False,
             "train_seconds": fit_seconds,
             "test_seconds": test_seconds,  # ranking every test user: most of a baseline's cost
+            "devices": ["cpu (numpy)"],
             "steps": 0,
         },
     )
