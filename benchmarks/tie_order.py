@@ -14,8 +14,8 @@ trained and tested on three tie orders.
 
     python benchmarks/tie_order.py --seeds 0 1 2
 
-Each variant's sequences are written as a per-user text file into a temporary folder (deleted
-afterwards) and trained through the library like any dataset file.
+Each variant's sequences are written as a per-user text file (``write_per_user``) into a
+temporary folder (deleted afterwards) and trained through the library like any dataset file.
 """
 
 from __future__ import annotations
@@ -30,19 +30,22 @@ import numpy as np
 
 from attnsvm.rec.data.datasets import load_dataset
 from attnsvm.rec.data.interactions import Interactions
+from attnsvm.rec.data.readers import write_per_user
 from zoo import ROOT, run_config  # a sibling script: the zoo's SASRec+ setting
 
 VARIANTS = ("file", "item id", "shuffled")
 
 
-def reorder_ties(data: Interactions, variant: str, seed: int = 0) -> np.ndarray:
-    """Row order of ``data`` by (user, time), same-second events ordered as ``variant`` says."""
+def reorder_ties(data: Interactions, variant: str, seed: int = 0) -> Interactions:
+    """``data`` by (user, time), same-second events ordered as ``variant`` says."""
     within = {
         "file": np.arange(len(data)),
         "item id": data.item,
         "shuffled": np.random.default_rng(seed).permutation(len(data)),
     }[variant]
-    return np.lexsort((within, data.timestamp, data.user))
+    order = np.lexsort((within, data.timestamp, data.user))
+    columns = {name: getattr(data, name) for name in ("user", "item", "timestamp", "rating")}
+    return replace(data, **{k: None if v is None else v[order] for k, v in columns.items()})
 
 
 def tied_test_share(data: Interactions) -> float:
@@ -51,17 +54,6 @@ def tied_test_share(data: Interactions) -> float:
     several same-second candidates, picked by the tie order."""
     ends = data.offsets[1:] - 1
     return float((data.timestamp[ends] == data.timestamp[ends - 1]).mean())
-
-
-def write_sequences(data: Interactions, order: np.ndarray, path: Path) -> None:
-    users = data.user_ids[data.user[order]]
-    items = data.item_ids[data.item[order]]
-    bounds = np.flatnonzero(np.diff(data.user[order])) + 1
-    lines = [
-        " ".join(map(str, [u[0], *i]))
-        for u, i in zip(np.split(users, bounds), np.split(items, bounds), strict=True)
-    ]
-    path.write_text("\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as work:
         for variant in VARIANTS:
             path = Path(work) / f"{variant.replace(' ', '-')}.txt"
-            write_sequences(data, reorder_ties(data, variant), path)
+            write_per_user(reorder_ties(data, variant), path)
             scores = []
             for seed in args.seeds:
                 config = run_config("ml-100k", "sasrec+", "paper", seed, args.root)

@@ -1,4 +1,5 @@
-"""``benchmarks/tie_order.py``: tie orders move only same-second events, and the tie share."""
+"""``benchmarks/tie_order.py``: tie orders move only same-second events, and the tie share;
+``write_per_user`` writes what ``read_per_user`` reads."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from attnsvm.rec.data.interactions import Interactions
-from attnsvm.rec.data.readers import read_per_user
+from attnsvm.rec.data.readers import read_per_user, write_per_user
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -32,17 +33,25 @@ def test_tie_orders_permute_only_same_second_events(tmp_path):
         np.array([1, 1, 1, 2, 2, 2, 3]),
     )
     assert tie_order.tied_test_share(data) == 0.5
-    external = {
-        variant: data.item_ids[data.item[tie_order.reorder_ties(data, variant)]].tolist()
-        for variant in tie_order.VARIANTS
-    }
+    reordered = {variant: tie_order.reorder_ties(data, variant) for variant in tie_order.VARIANTS}
+    external = {v: d.item_ids[d.item].tolist() for v, d in reordered.items()}
     assert external["file"] == [9, 3, 7, 5, 4, 8, 6]
     assert external["item id"] == [3, 9, 5, 7, 4, 8, 6]
     for items in external.values():  # the time order between seconds never changes
         assert sorted(items[:2]) == [3, 9] and sorted(items[2:4]) == [5, 7]
         assert items[4:] == [4, 8, 6]
     path = tmp_path / "seq.txt"
-    tie_order.write_sequences(data, tie_order.reorder_ties(data, "item id"), path)
+    write_per_user(reordered["item id"], path)
     assert path.read_text() == "1 3 9 5 7\n2 4 8 6\n"
     again = read_per_user(path)
     assert again.item_ids[again.item].tolist() == [3, 9, 5, 7, 4, 8, 6]
+
+
+def test_write_per_user_round_trips_external_ids(tmp_path):
+    data = Interactions.from_columns(np.array([7, 3, 7, 3, 7]), np.array([50, 40, 60, 41, 50]))
+    path = write_per_user(data, tmp_path / "seq.txt")
+    assert path.read_text() == "3 40 41\n7 50 60 50\n"
+    again = read_per_user(path)
+    assert again.user_ids.tolist() == [3, 7]
+    assert again.item_ids[again.item].tolist() == [40, 41, 50, 60, 50]
+    assert [p.name for p in tmp_path.iterdir()] == ["seq.txt"]  # no temporary file left

@@ -478,18 +478,19 @@ def keeps_times(
     where neither is found, only a dataset whose every accepted file has times counts as timed.
     """
     dataset = spec(name)
-    if root is not None and dataset.files:
+    if root is not None:
         try:
             return _raw_file(dataset, Path(root))[0].timed
         except DataFormatError:
             pass  # nothing to read there: loading would fail; answer for the dataset itself
-    if root is None:
+    else:
         meta = prepared_path(name, cache_dir).with_name("meta.json")
-        if meta.is_file():
-            prepared_from = Path(json.loads(meta.read_text()).get("file", "")).name
-            for candidate in dataset.files:
-                if candidate.name == prepared_from:
-                    return candidate.timed
+        prepared_from = (
+            Path(json.loads(meta.read_text()).get("file", "")).name if meta.is_file() else None
+        )
+        for candidate in dataset.files:
+            if candidate.name == prepared_from:
+                return candidate.timed
     return bool(dataset.files) and all(f.timed for f in dataset.files)
 
 

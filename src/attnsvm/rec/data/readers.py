@@ -9,7 +9,8 @@ Formats:
   ``read_movielens_dat``  ML-1M/10M ``ratings.dat``: ``user::item::rating::timestamp``
   ``read_movielens_udata``  ML-100K ``u.data``: tab-separated ``user item rating timestamp``
   ``read_movielens_csv``  ML-latest/20M ``ratings.csv``: header ``userId,movieId,rating,timestamp``
-  ``read_per_user``  ``user item1 item2 ...`` per line, in time order (S3-Rec, FMLP-Rec)
+  ``read_per_user``  ``user item1 item2 ...`` per line, in time order (S3-Rec, FMLP-Rec);
+                     ``write_per_user`` writes it
   ``read_pairs``  ``user item`` per line, in time order per user (SASRec, BERT4Rec)
   ``read_recbole_inter``  RecBole atomic ``.inter``: tab-separated, typed header ``user_id:token``
   ``read_session_tsv``  session-rec TSV with header ``SessionId ItemId Time``
@@ -21,6 +22,7 @@ No reader unpickles anything.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -28,7 +30,7 @@ import numpy as np
 import polars as pl
 
 from attnsvm.rec.data.errors import DataFormatError
-from attnsvm.rec.data.interactions import Interactions
+from attnsvm.rec.data.interactions import Interactions, temporary_beside
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -286,6 +288,30 @@ def read_per_user(path: str | Path, data: bytes | None = None) -> Interactions:
             int(numbers_arr[repeats[1]]),
         )
     return Interactions.from_columns(np.repeat(user, lengths), item, source=str(path))
+
+
+def write_per_user(data: Interactions, path: str | Path) -> Path:
+    """``data`` in ``read_per_user``'s format (external ids, rows in their stored order), written
+    to a temporary file and renamed into place."""
+    path = Path(path)
+    users = data.user_ids[data.user]
+    items = data.item_ids[data.item]
+    bounds = data.offsets[1:-1]
+    lines = (
+        " ".join(map(str, [row_users[0], *row_items])) + "\n"
+        for row_users, row_items in zip(
+            np.split(users, bounds), np.split(items, bounds), strict=True
+        )
+    )
+    fd, tmp = temporary_beside(path)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.writelines(lines)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def read_pairs(path: str | Path, data: bytes | None = None) -> Interactions:
