@@ -22,7 +22,7 @@ from pathlib import Path
 
 from attnsvm.rec.data import readers
 from attnsvm.rec.data.errors import ChecksumError, DataFormatError
-from attnsvm.rec.data.interactions import Interactions, temporary_beside
+from attnsvm.rec.data.interactions import Interactions, temporary_beside, write_text_atomic
 
 Reader = Callable[[str | Path, bytes | None], Interactions]
 # The readers of layouts with a time column: their tables keep event times (time-aware models,
@@ -376,17 +376,6 @@ def read_raw(name: str, source: str | Path, *, verify: bool = True) -> tuple[Int
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = temporary_beside(path)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def prepared_path(name: str, cache_dir: str | Path | None = None) -> Path:
     return resolve_cache_dir(cache_dir) / name / "interactions.npz"
 
@@ -401,7 +390,7 @@ def prepare(
     meta |= {"users": stats.users, "items": stats.items, "interactions": stats.interactions}
     target.parent.mkdir(parents=True, exist_ok=True)
     table.save(target, meta)
-    _write_atomic(target.with_name("meta.json"), json.dumps(meta, indent=2) + "\n")
+    write_text_atomic(target.with_name("meta.json"), json.dumps(meta, indent=2) + "\n")
     return target
 
 

@@ -33,6 +33,19 @@ def temporary_beside(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it into place, so ``path``
+    is never half-written."""
+    fd, tmp = temporary_beside(path)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _stable_order(user: np.ndarray, timestamp: np.ndarray | None) -> np.ndarray:
     """Row order by (user, timestamp), ties in input order (two stable passes: time, then user)."""
     if timestamp is None:

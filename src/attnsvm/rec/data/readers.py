@@ -22,7 +22,6 @@ No reader unpickles anything.
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from attnsvm.rec.data.errors import DataFormatError
-from attnsvm.rec.data.interactions import Interactions, temporary_beside
+from attnsvm.rec.data.interactions import Interactions, write_text_atomic
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -297,20 +296,13 @@ def write_per_user(data: Interactions, path: str | Path) -> Path:
     users = data.user_ids[data.user]
     items = data.item_ids[data.item]
     bounds = data.offsets[1:-1]
-    lines = (
+    lines = [
         " ".join(map(str, [row_users[0], *row_items])) + "\n"
         for row_users, row_items in zip(
             np.split(users, bounds), np.split(items, bounds), strict=True
         )
-    )
-    fd, tmp = temporary_beside(path)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.writelines(lines)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    ]
+    write_text_atomic(path, "".join(lines))
     return path
 
 
