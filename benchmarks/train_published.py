@@ -203,7 +203,8 @@ def report(name: str, metrics: dict[str, float], epochs: int, note: str) -> dict
 
 def partial(name: str, out: Path) -> dict:
     """Test metrics of the best checkpoint so far of an unfinished run."""
-    from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json
+    from attnsvm._atomic import write_json
+    from attnsvm.rec.train.checkpoint import RunDirectory
 
     run = RunDirectory(out)
     result, log, best = score_unfinished(run.work)
@@ -213,7 +214,7 @@ def partial(name: str, out: Path) -> dict:
         f"{seconds / len(log):.0f} s/epoch"
     )
     row = report(name, result.metrics, len(log), note)
-    atomic_write_json(run.work / "partial_metrics.json", row)
+    write_json(run.work / "partial_metrics.json", row)
     return row
 
 

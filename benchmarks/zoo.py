@@ -234,12 +234,13 @@ def drop_partial_scores(work: Path) -> None:
 def score_partial(out: Path, only: list[Path] | None = None) -> None:
     """Score the best checkpoint so far of every unfinished run (or of ``only``) on the test
     users."""
-    from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json
+    from attnsvm._atomic import write_json
+    from attnsvm.rec.train.checkpoint import RunDirectory
 
     works = [RunDirectory(p).partial for p in only] if only else out.glob("*/*-seed*.incomplete")
     for work in sorted(works):
         result, log, best = score_unfinished(work)
-        atomic_write_json(
+        write_json(
             work / "partial_metrics.json",
             {
                 "test": result.metrics,

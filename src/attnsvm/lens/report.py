@@ -31,6 +31,7 @@ from rich.progress import Progress
 from safetensors import safe_open
 from threadpoolctl import threadpool_limits
 
+from attnsvm._atomic import write_bytes, write_text
 from attnsvm.lens.analysis import SOFT_MARGIN_C, HeadAnalysis, analyse_head
 from attnsvm.lens.extract import (
     LensError,
@@ -40,7 +41,6 @@ from attnsvm.lens.extract import (
     head_grid,
 )
 from attnsvm.lens.scores import counterfactual_scores, linear_scores
-from attnsvm.rec.config import atomic_write_text
 from attnsvm.rec.data.errors import DataFormatError
 
 EXAMPLE_USERS = 4
@@ -271,9 +271,8 @@ def _html(summary: dict, images: dict[str, bytes], examples: str) -> str:
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
-    from attnsvm.rec.train.checkpoint import _atomic
 
-    _atomic(path, lambda temporary: Path(temporary).write_bytes(data))
+    write_bytes(path, data)
 
 
 def _analyse_job(job, C: float) -> HeadAnalysis:
@@ -425,11 +424,11 @@ def _write_report(
         "heads": [a.summary for a in analyses],
     }
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "lens.json", json.dumps(summary, indent=1) + "\n")
+    write_text(out / "lens.json", json.dumps(summary, indent=1) + "\n")
     for name, data in images.items():
         _write_bytes(out / name, data)
     examples = _example_html(
         run, test.users[rows], windows, targets, analyses, item_titles, views, extras
     )
-    atomic_write_text(out / "report.html", _html(summary, images, examples))
+    write_text(out / "report.html", _html(summary, images, examples))
     return out / "report.html"

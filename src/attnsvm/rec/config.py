@@ -19,8 +19,6 @@ import dataclasses
 import difflib
 import json
 import math
-import os
-import tempfile
 import tomllib
 import types
 import typing
@@ -28,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnsvm._atomic import write_text
 from attnsvm.rec.models import MODELS, LossConfig, resolve
 from attnsvm.rec.models.knn import BASELINES, baseline_fields, build_baseline
 from attnsvm.rec.models.registry import PRESETS
@@ -340,7 +339,7 @@ def save_config(config: RunConfig, path: str | Path) -> None:
     path = Path(path)
     data = config.to_dict()
     text = to_toml(data) if path.suffix == ".toml" else json.dumps(data, indent=2) + "\n"
-    atomic_write_text(path, text)
+    write_text(path, text)
 
 
 def to_toml(data: dict[str, Any]) -> str:
@@ -385,17 +384,3 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise ConfigError(f"cannot write {value!r} to TOML")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and rename, so readers never see half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as file:
-            file.write(text)
-        os.chmod(temporary, 0o644)  # mkstemp creates 0600; a run directory is meant to be shared
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

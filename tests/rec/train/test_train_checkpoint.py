@@ -9,7 +9,6 @@ from attnsvm.rec.models import build_model
 from attnsvm.rec.train.checkpoint import (
     RunDirectory,
     RunDirError,
-    _atomic,
     finished_run,
     load_resume_state,
     load_weights,
@@ -52,17 +51,6 @@ def test_resume_state_loads_with_weights_only(tmp_path):
     assert torch.equal(
         restored.state_dict()["state"][0]["exp_avg"], optimizer.state_dict()["state"][0]["exp_avg"]
     )
-
-
-def test_a_failed_write_leaves_nothing(tmp_path):
-    def half_then_crash(temporary):
-        with open(temporary, "w") as file:
-            file.write("half")
-        raise RuntimeError("disk full")
-
-    with pytest.raises(RuntimeError, match="disk full"):
-        _atomic(tmp_path / "model.safetensors", half_then_crash)
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_run_directory_life_cycle(tmp_path):

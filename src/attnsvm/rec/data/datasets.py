@@ -20,9 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnsvm._atomic import atomic_path, write_json
 from attnsvm.rec.data import readers
 from attnsvm.rec.data.errors import ChecksumError, DataFormatError
-from attnsvm.rec.data.interactions import Interactions, temporary_beside, write_text_atomic
+from attnsvm.rec.data.interactions import Interactions
 
 Reader = Callable[[str | Path, bytes | None], Interactions]
 # The readers of layouts with a time column: their tables keep event times (time-aware models,
@@ -390,7 +391,7 @@ def prepare(
     meta |= {"users": stats.users, "items": stats.items, "interactions": stats.interactions}
     target.parent.mkdir(parents=True, exist_ok=True)
     table.save(target, meta)
-    write_text_atomic(target.with_name("meta.json"), json.dumps(meta, indent=2) + "\n")
+    write_json(target.with_name("meta.json"), meta)
     return target
 
 
@@ -408,9 +409,12 @@ def fetch(url: str, target: Path, checksum: str | None, *, progress: bool = True
     algorithm, expected = _expected_digest(checksum) if checksum else ("sha256", None)
     digest = hashlib.new(algorithm)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = temporary_beside(target)
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+        with (
+            atomic_path(target) as temporary,
+            temporary.open("wb") as out,
+            urllib.request.urlopen(url, timeout=60) as response,
+        ):
             total = int(response.headers.get("Content-Length") or 0) or None
             columns = (*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn())
             with Progress(*columns, disable=not progress, transient=True) as bar:
@@ -419,20 +423,15 @@ def fetch(url: str, target: Path, checksum: str | None, *, progress: bool = True
                     out.write(block)
                     digest.update(block)
                     bar.update(task, advance=len(block))
-        if expected is not None and digest.hexdigest() != expected:
-            raise ChecksumError(
-                url,
-                f"{algorithm} {digest.hexdigest()} differs from the published {expected}; "
-                "the download is damaged or the file changed upstream (nothing was kept)",
-            )
-        os.replace(tmp, target)
+            if expected is not None and digest.hexdigest() != expected:
+                raise ChecksumError(
+                    url,
+                    f"{algorithm} {digest.hexdigest()} differs from the published {expected}; "
+                    "the download is damaged or the file changed upstream (nothing was kept)",
+                )
     except (urllib.error.URLError, OSError) as error:
-        Path(tmp).unlink(missing_ok=True)
         reason = getattr(error, "reason", None) or error
         raise DataFormatError(url, f"download failed ({reason})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return target
 
 

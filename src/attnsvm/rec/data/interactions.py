@@ -10,40 +10,16 @@ ascending order, so the internal ids do not depend on row order either.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from attnsvm._atomic import atomic_path
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.sequences import Sequences
 
 DEDUP_POLICIES = ("keep", "consecutive", "all")
-
-
-def temporary_beside(path: Path) -> tuple[int, str]:
-    """A hidden temporary file next to ``path`` (same file system, so ``os.replace`` is atomic),
-    with the permissions a plain ``open`` would give."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    return fd, tmp
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it into place, so ``path``
-    is never half-written."""
-    fd, tmp = temporary_beside(path)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _stable_order(user: np.ndarray, timestamp: np.ndarray | None) -> np.ndarray:
@@ -297,14 +273,8 @@ class Interactions:
         if self.rating is not None:
             arrays["rating"] = self.rating
         arrays["meta"] = np.array(json.dumps({"source": self.source, **(meta or {})}))
-        fd, tmp = temporary_beside(path)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                np.savez(handle, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_path(path) as temporary:
+            np.savez(temporary, **arrays)
         return path
 
     @classmethod

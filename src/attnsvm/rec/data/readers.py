@@ -28,8 +28,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from attnsvm._atomic import write_text
 from attnsvm.rec.data.errors import DataFormatError
-from attnsvm.rec.data.interactions import Interactions, write_text_atomic
+from attnsvm.rec.data.interactions import Interactions
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -302,7 +303,7 @@ def write_per_user(data: Interactions, path: str | Path) -> Path:
             np.split(users, bounds), np.split(items, bounds), strict=True
         )
     ]
-    write_text_atomic(path, "".join(lines))
+    write_text(path, "".join(lines))
     return path
 
 

@@ -20,8 +20,6 @@ Rules (each is tested against a brute-force reference):
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
@@ -30,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attnsvm._atomic import atomic_path, write_bytes
 from attnsvm.rec.data.sequences import EvalTask, Sequences
 from attnsvm.rec.eval.metrics import check_ks, metrics_from_topk
 
@@ -193,8 +192,9 @@ class EvalResult:
         path = Path(path)
         text = self.to_json().encode()
         arrays = {"users": self.users, **{f"metric:{k}": v for k, v in self.per_user.items()}}
-        atomic_write(path.with_suffix(".npz"), lambda f: np.savez(f, **arrays))
-        atomic_write(path, lambda f: f.write(text))
+        with atomic_path(path.with_suffix(".npz")) as temporary:
+            np.savez(temporary, **arrays)
+        write_bytes(path, text)
 
     @classmethod
     def load(cls, path: str | Path) -> EvalResult:
@@ -206,18 +206,6 @@ class EvalResult:
             return cls.from_json(path.read_text(), per_user, users)
         except (KeyError, TypeError, json.JSONDecodeError) as error:
             raise ValueError(f"{path}: not a saved evaluation result ({error!r})") from None
-
-
-def atomic_write(path: Path, write: Callable[[object], object]) -> None:
-    """Write through a temporary file in the same folder, then rename over ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def evaluate(

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from attnsvm.rec.config import RunConfig, atomic_write_text, save_config
+from attnsvm._atomic import write_json, write_text
+from attnsvm.rec.config import RunConfig, save_config
 from attnsvm.rec.data.splits import Split
 from attnsvm.rec.eval.ranking import EvalResult
 from attnsvm.rec.models.knn import BASELINES, build_baseline
-from attnsvm.rec.train.checkpoint import RunDirectory, atomic_write_json
+from attnsvm.rec.train.checkpoint import RunDirectory
 from attnsvm.rec.train.trainer import RunResult, default_run_dir, evaluate_scores, load_split
 
 
@@ -59,7 +60,7 @@ def train_baseline(config: RunConfig, run_dir: str | Path | None = None) -> RunR
     run = RunDirectory.create(Path(run_dir) if run_dir is not None else default_run_dir(config))
     save_config(config, run.work / "config.json")
     settings = {"name": config.model.name, **config.model.overrides}
-    atomic_write_json(
+    write_json(
         run.work / "model.json",
         {
             "model": config.model.name,
@@ -69,10 +70,10 @@ def train_baseline(config: RunConfig, run_dir: str | Path | None = None) -> RunR
         },
     )
     maps = {"items": split.item_ids.tolist(), "users": split.user_ids.tolist()}
-    atomic_write_json(run.work / "id_maps.json", maps)
+    write_json(run.work / "id_maps.json", maps)
     record = {"epoch": 0, "fit_seconds": fit_seconds, "valid": valid.metrics}
-    atomic_write_text(run.work / "log.jsonl", json.dumps(record) + "\n")
-    atomic_write_json(
+    write_text(run.work / "log.jsonl", json.dumps(record) + "\n")
+    write_json(
         run.work / "metrics.json",
         {
             "protocol": f"{split.protocol}, {test.protocol}",

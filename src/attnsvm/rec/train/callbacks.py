@@ -16,8 +16,8 @@ from typing import Protocol
 import torch
 from safetensors.torch import save_file
 
+from attnsvm._atomic import atomic_path
 from attnsvm.rec.models import SequentialRecommender
-from attnsvm.rec.train.checkpoint import _atomic
 
 
 @dataclass(frozen=True)
@@ -72,4 +72,5 @@ class AttentionSnapshots:
             "head_dim": json.dumps([dim // h for h in heads]),
         }
         path = run_dir / self.folder / f"epoch_{epoch:04d}.safetensors"
-        _atomic(path, lambda temporary: save_file(tensors, temporary, metadata=metadata))
+        with atomic_path(path) as temporary:
+            save_file(tensors, temporary, metadata=metadata)

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from attnsvm.rec.config import atomic_write_text
+from attnsvm._atomic import atomic_path
 
 INCOMPLETE_SUFFIX = ".incomplete"
 WEIGHTS = "model.safetensors"
@@ -39,23 +38,6 @@ RESUME = "resume.pt"
 
 class RunDirError(ValueError):
     """A missing, incomplete or clashing run directory."""
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
-
-
-def _atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        write(temporary)
-        os.chmod(temporary, 0o644)  # mkstemp creates 0600; a run directory is meant to be shared
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def save_weights(model: torch.nn.Module, path: Path) -> None:
@@ -70,7 +52,8 @@ def save_weights(model: torch.nn.Module, path: Path) -> None:
             continue
         seen[key] = name
         tensors[name] = tensor.detach().contiguous().cpu()
-    _atomic(path, lambda temporary: save_file(tensors, temporary, metadata=aliases or None))
+    with atomic_path(path) as temporary:
+        save_file(tensors, temporary, metadata=aliases or None)
 
 
 def load_weights(model: torch.nn.Module, path: Path) -> None:
@@ -86,7 +69,8 @@ def load_weights(model: torch.nn.Module, path: Path) -> None:
 
 
 def save_resume_state(path: Path, state: dict[str, Any]) -> None:
-    _atomic(path, lambda temporary: torch.save(state, temporary))
+    with atomic_path(path) as temporary:
+        torch.save(state, temporary)
 
 
 def load_resume_state(path: Path) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from attnsvm._atomic import write_json
 from attnsvm.rec.config import (
     DataConfig,
     EvalConfig,
@@ -62,7 +63,6 @@ from attnsvm.rec.train.checkpoint import (
     RESUME,
     WEIGHTS,
     RunDirectory,
-    atomic_write_json,
     load_resume_state,
     load_weights,
     save_resume_state,
@@ -612,7 +612,7 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
             run = RunDirectory.create(run_dir)
             resolved = RunConfig(config.model, config.data, loop.loss, config.train, config.eval)
             save_config(resolved, run.work / "config.json")
-            atomic_write_json(
+            write_json(
                 run.work / "model.json",
                 {
                     "model": resolve(config.model.name)[0],
@@ -620,7 +620,7 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
                     "model_config": model.config.to_dict(),
                 },
             )
-            atomic_write_json(
+            write_json(
                 run.work / "id_maps.json",
                 {"items": split.item_ids.tolist(), "users": split.user_ids.tolist()},
             )
@@ -704,7 +704,7 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
             )
             metrics["test_sampled"] = sampled.metrics
         test.save(run.work / "test_eval.json")
-        atomic_write_json(run.work / "metrics.json", metrics)
+        write_json(run.work / "metrics.json", metrics)
         run.finish()
     distributed.barrier(context)
     return RunResult(
@@ -721,9 +721,9 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
 def _write_log(path: Path, history: list[dict[str, Any]]) -> None:
     import json
 
-    from attnsvm.rec.config import atomic_write_text
+    from attnsvm._atomic import write_text
 
-    atomic_write_text(path, "".join(json.dumps(record) + "\n" for record in history))
+    write_text(path, "".join(json.dumps(record) + "\n" for record in history))
 
 
 def _log_tensorboard(writer, record: dict[str, Any]) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+
+from attnsvm._atomic import atomic_path, write_text
 
 #: A figure maker: draws into a new matplotlib Figure it is given.
 Plotter = Callable[[plt.Figure], None]
@@ -34,18 +34,6 @@ def _jsonable(value):
     if isinstance(value, float | np.floating):
         return None if not math.isfinite(float(value)) else float(value)
     return value
-
-
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` then rename onto ``path``: a reader never sees a half-written file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass
@@ -85,14 +73,15 @@ class ExperimentResult:
         out.mkdir(parents=True, exist_ok=True)
         text = json.dumps(self.to_json(), indent=2, allow_nan=False)
         paths = [out / "results.json"]
-        _atomic_write(paths[0], lambda tmp: Path(tmp).write_text(text + "\n"))
+        write_text(paths[0], text + "\n")
         for name, plot in self.figures.items():
             fig = plt.figure(figsize=(11, 4.2))
             try:
                 plot(fig)
                 fig.tight_layout()
                 path = out / name
-                _atomic_write(path, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=110))
+                with atomic_path(path) as temporary:
+                    fig.savefig(temporary, format="png", dpi=110)
                 paths.append(path)
             finally:
                 plt.close(fig)
