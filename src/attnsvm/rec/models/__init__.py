@@ -1,6 +1,6 @@
 """Sequential recommenders by name: the model protocol, SASRec, BERT4Rec, presets and losses."""
 
-from attnsvm.rec.models.base import LossConfig, SequentialRecommender, TransformerConfig
+from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.models.bert4rec import BERT4Rec, BERT4RecConfig
 from attnsvm.rec.models.registry import (
     MODELS,
@@ -12,6 +12,7 @@ from attnsvm.rec.models.registry import (
     resolve,
 )
 from attnsvm.rec.models.sasrec import SASRec, SASRecConfig
+from attnsvm.rec.nn.losses import LossConfig
 
 __all__ = [
     "MODELS",

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from attnsvm.rec.models.actsr import ACTSR, ACTSRConfig
 from attnsvm.rec.models.adamct import AdaMCT, AdaMCTConfig
-from attnsvm.rec.models.base import LossConfig, SequentialRecommender, TransformerConfig
+from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.models.bert4rec import BERT4Rec, BERT4RecConfig
 from attnsvm.rec.models.bsarec import BSARec, BSARecConfig
 from attnsvm.rec.models.convformer import ConvFormer, ConvFormerConfig
@@ -22,6 +22,7 @@ from attnsvm.rec.models.matrrec import MaTrRec, MaTrRecConfig
 from attnsvm.rec.models.sasrec import SASRec, SASRecConfig
 from attnsvm.rec.models.ssept import SSEPT, SSEPTConfig
 from attnsvm.rec.models.strec import STRec, STRecConfig
+from attnsvm.rec.nn.losses import LossConfig
 
 
 class ModelSpec(NamedTuple):

@@ -1,0 +1,77 @@
+"""Does a change keep training's results? Fixed-seed short runs before and after, in one run.
+
+Trains ``sasrec+``, ``bert4rec``, ``bsarec`` and the ``vstan`` baseline on ML-100K (leave-one-out,
+full ranking) with a fixed seed and a short budget (2 epochs of 8 steps, window 50), once with
+the package as it was at ``--before`` (a git commit, extracted by ``reference.checkout``) and
+once with this working tree, each in a fresh interpreter, and prints every test metric of both
+with the largest difference. It fails (exit 1) if any differs by more than ``--tolerance``.
+
+    .venv/bin/python benchmarks/behaviour_kept.py --before cd21b93
+
+Needs ``../shared/data/ml-100k``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from reference import THIS_TREE, checkout, describe, run_snippet
+
+ROOT = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+MODELS = ("sasrec+", "bert4rec", "bsarec", "vstan")
+
+SNIPPET = """
+import json, sys, tempfile
+from attnsvm.rec.config import RunConfig
+from attnsvm.rec.train.trainer import train
+name, root = {name!r}, {root!r}
+data = {{"model": {{"name": name}}, "data": {{"dataset": "ml-100k", "root": root}}}}
+if name != "vstan":
+    data["model"].update({{"hidden_size": 32, "ffn_size": 32}})
+    data["data"]["max_len"] = 50
+    data["train"] = {{"epochs": 2, "steps_per_epoch": 8, "batch_size": 64, "seed": 0,
+                     "num_threads": 1}}
+with tempfile.TemporaryDirectory() as folder:
+    result = train(RunConfig.from_dict(data), folder + "/run", show_progress=False)
+    print(json.dumps(json.load(open(str(result.run_dir) + "/metrics.json"))["test"]))
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--before", default="HEAD", help="git commit to compare against")
+    parser.add_argument("--tolerance", type=float, default=1e-6)
+    args = parser.parse_args()
+    if not (ROOT / "ml-100k").is_dir():
+        print(f"needs {ROOT / 'ml-100k'}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as folder:
+        before_src = checkout(args.before, Path(folder))
+        print(f"before: {describe(args.before)}\nafter:  this working tree\n")
+        print(f"{'model':<10} {'metric':<14} {'before':>10} {'after':>10} {'|diff|':>9}")
+        worst = 0.0
+        for name in MODELS:
+            code = SNIPPET.format(name=name, root=str(ROOT))
+            before = run_snippet(code, before_src)
+            after = run_snippet(code, THIS_TREE)
+            for metric in sorted(before):
+                diff = abs(before[metric] - after.get(metric, float("nan")))
+                worst = max(worst, diff) if diff == diff else float("inf")
+                if metric.endswith("@10") or metric.startswith("HR@1"):
+                    print(
+                        f"{name:<10} {metric:<14} {before[metric]:>10.6f} "
+                        f"{after.get(metric, float('nan')):>10.6f} {diff:>9.2e}"
+                    )
+            if set(before) != set(after):
+                print(f"{name}: metric names differ: {sorted(set(before) ^ set(after))}")
+                worst = float("inf")
+    verdict = "kept" if worst <= args.tolerance else "CHANGED"
+    print(f"\nlargest difference over all test metrics: {worst:.2e} → behaviour {verdict}")
+    return 0 if worst <= args.tolerance else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
