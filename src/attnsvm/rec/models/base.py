@@ -24,15 +24,13 @@ Inputs are ``item_seq`` LongTensors (B, L), left-padded with 0, internal item id
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import ClassVar
 
 import torch
 from torch import nn
 
-from attnsvm.rec.nn import losses
+from attnsvm.rec.config_base import Config
 from attnsvm.rec.nn.attention import MultiHeadAttention
 from attnsvm.rec.nn.blocks import NORM_LAYOUTS
 from attnsvm.rec.nn.embedding import POSITION_KINDS, ItemEmbedding, SequenceEmbedding
@@ -40,54 +38,6 @@ from attnsvm.rec.nn.ffn import ACTIVATIONS
 
 OBJECTIVES = ("causal", "cloze", "last")
 INITS = ("normal", "xavier_attention", "xavier_normal")
-
-
-@dataclass(frozen=True)
-class Config:
-    """A frozen dataclass that round-trips through plain dicts, with field-naming errors."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(data) - set(names))
-        if unknown:
-            raise ValueError(
-                f"unknown {cls.__name__} key {unknown[0]!r} (known keys: {', '.join(names)})"
-            )
-        hints = typing.get_type_hints(cls)
-        for name, value in data.items():
-            _check_type(cls.__name__, name, hints[name], value)
-        return cls(**data)
-
-    def replace(self, **overrides: Any) -> Self:
-        return self.from_dict({**self.to_dict(), **overrides})
-
-    def _choice(self, name: str, allowed: tuple[str, ...]) -> None:
-        if getattr(self, name) not in allowed:
-            raise ValueError(
-                f"{type(self).__name__}.{name} must be one of {allowed}, "
-                f"got {getattr(self, name)!r}"
-            )
-
-    def _range(self, name: str, low: float, high: float, *, high_open: bool = False) -> None:
-        value = getattr(self, name)
-        if not (low <= value < high if high_open else low <= value <= high):
-            bracket = ")" if high_open else "]"
-            raise ValueError(
-                f"{type(self).__name__}.{name} must lie in [{low}, {high}{bracket}, got {value}"
-            )
-
-
-def _check_type(owner: str, name: str, hint: Any, value: Any) -> None:
-    allowed = typing.get_args(hint) or (hint,)
-    if float in allowed:
-        allowed = (*allowed, int)
-    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
-        names = " | ".join("None" if a is type(None) else a.__name__ for a in allowed)
-        raise ValueError(f"{owner}.{name} must be {names}, got {type(value).__name__} {value!r}")
 
 
 @dataclass(frozen=True)
@@ -145,72 +95,6 @@ class TransformerConfig(Config):
         self._choice("init", INITS)
         if self.init_std <= 0:
             raise ValueError(f"{type(self).__name__}.init_std must be > 0, got {self.init_std}")
-
-
-LOSS_NAMES = ("bce", "sampled_softmax", "ce", "gbce")
-SAMPLERS = ("uniform", "popularity")
-
-
-@dataclass(frozen=True)
-class LossConfig(Config):
-    """Which loss the trainer optimises and how it samples negatives (``attnsvm.rec.nn.losses``).
-
-    ``num_negatives`` is per target position for bce/gbce/sampled_softmax and unused by ``ce``;
-    ``logq_correction`` applies to sampled_softmax; ``ce_chunk_size`` rows of logits at a time for
-    ``ce`` (None: all at once). ``negatives_avoid_row`` keeps every item of a training row (its
-    window's inputs and targets) out of that row's negatives, as Klenitskiy & Vasilev's sampler
-    does (SASRec's avoids the user's whole training sequence, the same for windows that hold all
-    of it); by default only the positive itself is avoided.
-    """
-
-    name: str = "ce"
-    num_negatives: int = 1
-    sampler: str = "uniform"
-    logq_correction: bool = False
-    gbce_t: float = 0.75
-    # CE fwd + bwd of 13.5k rows × 3,417 items, 2 threads: 162–167 ms with 256–512-row chunks,
-    # 188 ms with 1,024 (the chunk's logits then outgrow the caches)
-    ce_chunk_size: int | None = 512
-    negatives_avoid_row: bool = False
-
-    def __post_init__(self) -> None:
-        self._choice("name", LOSS_NAMES)
-        self._choice("sampler", SAMPLERS)
-        if self.num_negatives < 1:
-            raise ValueError(f"LossConfig.num_negatives must be ≥ 1, got {self.num_negatives}")
-        self._range("gbce_t", 0.0, 1.0)
-        if self.ce_chunk_size is not None and self.ce_chunk_size < 1:
-            raise ValueError(
-                f"LossConfig.ce_chunk_size must be ≥ 1 or None, got {self.ce_chunk_size}"
-            )
-
-    @property
-    def sampled(self) -> bool:
-        return self.name != "ce"
-
-    def compute(
-        self,
-        hidden: torch.Tensor,
-        positives: torch.Tensor,
-        embedding: torch.Tensor,
-        bias: torch.Tensor | None = None,
-        negatives: torch.Tensor | None = None,
-        log_q: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """This loss on gathered positions; ``log_q`` (items + 1,) is used iff logq_correction."""
-        if self.name == "ce":
-            return losses.full_ce_loss(hidden, positives, embedding, bias, self.ce_chunk_size)
-        if negatives is None:
-            raise ValueError(f"loss {self.name!r} needs sampled negatives")
-        if self.name == "bce":
-            return losses.bce_loss(hidden, positives, embedding, negatives, bias)
-        if self.name == "gbce":
-            return losses.gbce_loss(hidden, positives, embedding, negatives, self.gbce_t, bias)
-        if self.logq_correction and log_q is None:
-            raise ValueError("logq_correction needs log_q, the sampler's log-probabilities")
-        return losses.sampled_softmax_loss(
-            hidden, positives, embedding, negatives, bias, log_q if self.logq_correction else None
-        )
 
 
 class SequentialRecommender(nn.Module):
@@ -274,6 +158,17 @@ class SequentialRecommender(nn.Module):
             for attention in self.attention_modules():
                 for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
                     nn.init.xavier_uniform_(projection.weight)
+
+    def extra_kwargs(self, **available: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """The keyword inputs ``extra_inputs`` names, picked from what a batch has (``users``,
+        ``timestamps``, ``ratings``); one the data lacks is a clear error."""
+        extras = {}
+        for name in self.extra_inputs:
+            value = available.get(name)
+            if value is None:
+                raise ValueError(f"{type(self).__name__} needs {name} and the data has none")
+            extras[name] = value
+        return extras
 
     def check_input(self, item_seq: torch.Tensor) -> None:
         if item_seq.ndim != 2 or item_seq.dtype != torch.long:
