@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Theory lab (quick), a small SASRec on synthetic data, and its lens report."""
         from attnsvm.lens.report import write_report
-        from attnsvm.rec.train.trainer import demo_train
+        from attnsvm.rec.train.demo import demo_train
         from attnsvm.theory.experiments import demo_summary
 
         console = Console()

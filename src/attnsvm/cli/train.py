@@ -17,11 +17,11 @@ from rich.console import Console
 from rich.table import Table
 
 from attnsvm.rec.config import ConfigError, ModelChoice, RunConfig, apply_overrides, load_config
+from attnsvm.rec.data.batches import NoTrainingData
 from attnsvm.rec.data.datasets import DATASETS
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.train.checkpoint import RunDirError
-from attnsvm.rec.train.objectives import NoTrainingData
-from attnsvm.rec.train.trainer import TrainingError
+from attnsvm.rec.train.loop import TrainingError
 
 EXPECTED = (
     ConfigError,

@@ -31,7 +31,8 @@ from attnsvm.rec.models import MODELS, LossConfig, resolve
 from attnsvm.rec.models.knn import BASELINES, baseline_fields, build_baseline
 from attnsvm.rec.models.registry import PRESETS
 
-SPLITS = ("leave-one-out",)
+SPLITS = ("leave-one-out", "temporal", "session")  # attnsvm.rec.data.splits has each one's rules
+UNSEEN_POLICIES = ("drop", "keep")
 OPTIMIZERS = ("adamw", "sam")  # "sam": AdamW inside sharpness-aware minimisation (train/sam.py)
 
 
@@ -51,6 +52,11 @@ class DataConfig:
     root: str | None = None  # folder of raw files (e.g. ../shared/data); None: prepared cache
     split: str = "leave-one-out"
     max_len: int | None = None  # window length; None: the model's own max_len
+    # temporal: time cuts at quantiles 1 − valid − test and 1 − test of all events;
+    # session: the last test_fraction of sessions (by start) are test, valid_fraction before them
+    valid_fraction: float = 0.1
+    test_fraction: float = 0.1
+    unseen_policy: str = "drop"  # temporal/session: drop evaluation targets unseen in training
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,8 @@ class TrainConfig:
     # padding-free models: each batch runs as this many groups of rows of similar length, each
     # without the padding its rows share (the same gradient, ~30 % less work on ML-1M)
     length_groups: int = 4
+    init_from: str | None = None  # a finished run whose weights start this one (warm_start.py)
+    init_strict: bool = True  # false: load what fits, remap item tables by external id
 
 
 @dataclass(frozen=True)
@@ -253,8 +261,17 @@ def _scalar(value: Any, hint: Any, key: str, source: str) -> Any:
 def validate(config: RunConfig, source: str = "config") -> None:
     """Cross-field checks the dataclasses cannot make on their own."""
     train, eval_ = config.train, config.eval
-    if config.data.split not in SPLITS:
+    data = config.data
+    if data.split not in SPLITS:
         raise ConfigError(f"{source}: data.split must be one of {SPLITS}")
+    if data.unseen_policy not in UNSEEN_POLICIES:
+        raise ConfigError(f"{source}: data.unseen_policy must be one of {UNSEEN_POLICIES}")
+    if not (data.valid_fraction >= 0 and data.test_fraction > 0):
+        raise ConfigError(f"{source}: data.valid_fraction must be ≥ 0, data.test_fraction > 0")
+    if data.valid_fraction + data.test_fraction >= 1:
+        raise ConfigError(f"{source}: data.valid_fraction + data.test_fraction must be < 1")
+    if data.split == "temporal" and data.valid_fraction == 0:
+        raise ConfigError(f"{source}: a temporal split needs data.valid_fraction > 0")
     if config.data.max_len is not None and config.data.max_len < 1:
         raise ConfigError(f"{source}: data.max_len must be ≥ 1")
     if "max_len" in config.model.overrides:

@@ -1,40 +1,29 @@
-"""Training batches from CSR sequences, built with whole-batch numpy gathers (no per-sample
-Python loop) and handed out as torch LongTensors. 0 is padding; windows are left-padded, so the
-most recent item always sits in the last column.
+"""Training batches: the examples of a model's objective, cut into left-padded windows with
+whole-batch numpy gathers (no per-sample Python loop). 0 is padding; the most recent item always
+sits in the last column.
 
-* ``causal_batches`` (SASRec): input ``s[:-1]``, target ``s[1:]``, the last ``max_len`` of each;
-  ``targets[b, t]`` is the item after ``inputs[b, t]``.
-* ``last_position_batches`` (BSARec/GRU4Rec-style augmentation): every prefix ``s[:k]`` with
-  ``k >= 1`` is one sample predicting ``s[k]``.
-* ``cloze_batches`` (BERT4Rec): each item of the last-``max_len`` window is replaced by the mask
-  token ``num_items + 1`` with probability ``mask_prob`` (``force_last_mask`` always masks the
-  most recent one); ``targets`` holds the original item where masked and 0 elsewhere.
-* ``sliding_windows`` cuts long histories into overlapping rows so that every event is used,
-  not only the last ``max_len``.
+An example is ``(row, end)``: its window is the last ``max_len`` items of
+``train.row(row)[:end]``. ``make_examples`` lists an epoch's examples for ``model.objective``:
 
-Every builder is a generator over one epoch, deterministic given ``(seed, epoch)``.
+- ``"causal"`` (SASRec): one example per user, ``end = n − 1``; targets at every position are the
+  window shifted by one (``row[1:n]``), 0 where the input is padding.
+- ``"cloze"`` (BERT4Rec): one example per user, ``end = n``; the model masks items per batch.
+- ``"last"``: every prefix, ``end = 1 … n − 1``, predicts ``row[end]`` from the last position.
+
+Users with fewer than two training items have no target and are left out. ``make_batch`` builds
+the batch of a set of examples, with each event's time and rating beside its item where the data
+has them (a model or a loss may read either). ``sliding_windows`` cuts long histories into
+overlapping rows, so that every event is a target, not only those of the last ``max_len``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from attnsvm.rec.data.sequences import Sequences
-
-
-class Batch(NamedTuple):
-    users: torch.Tensor  # (B,) internal user id of each sample
-    inputs: torch.Tensor  # (B, max_len) item ids, 0 = padding
-    targets: torch.Tensor  # causal: (B, max_len); last-position: (B,); cloze: (B, max_len)
-
-
-def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
-    """The generator of one epoch: independent streams for every (seed, epoch)."""
-    return np.random.default_rng([seed, epoch])
 
 
 def windows(items: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_len: int) -> np.ndarray:
@@ -44,93 +33,70 @@ def windows(items: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_len: in
     return np.where(inside, np.take(items, index, mode="clip"), 0)  # clip: masked anyway
 
 
-def _order(count: int, rng: np.random.Generator, shuffle: bool) -> np.ndarray:
-    return rng.permutation(count) if shuffle else np.arange(count)
+class NoTrainingData(ValueError):
+    """No user has the two training items a next-item target needs."""
 
 
-def _chunks(order: np.ndarray, batch_size: int, drop_last: bool) -> Iterator[np.ndarray]:
-    stop = order.size - order.size % batch_size if drop_last else order.size
-    for begin in range(0, stop, batch_size):
-        yield order[begin : begin + batch_size]
+@dataclass(frozen=True)
+class Examples:
+    rows: np.ndarray  # (E,) row of ``train`` per example
+    ends: np.ndarray  # (E,) exclusive end of the input window inside that row
+
+    def __len__(self) -> int:
+        return self.rows.size
 
 
-def causal_batches(
-    train: Sequences,
-    *,
-    max_len: int,
-    batch_size: int,
-    seed: int = 0,
-    epoch: int = 0,
-    shuffle: bool = True,
-    drop_last: bool = False,
-) -> Iterator[Batch]:
-    """SASRec batches: all-position shifted targets; rows with < 2 items are skipped."""
-    rows = np.flatnonzero(train.lengths >= 2)
-    rows = rows[_order(rows.size, epoch_rng(seed, epoch), shuffle)]
-    for chunk in _chunks(rows, batch_size, drop_last):
-        starts, ends = train.offsets[chunk], train.offsets[chunk + 1]
-        yield Batch(
-            torch.from_numpy(train.users[chunk]),
-            torch.from_numpy(windows(train.items, starts, ends - 1, max_len)),
-            torch.from_numpy(windows(train.items, starts + 1, ends, max_len)),
-        )
-
-
-def last_position_batches(
-    train: Sequences,
-    *,
-    max_len: int,
-    batch_size: int,
-    seed: int = 0,
-    epoch: int = 0,
-    shuffle: bool = True,
-    drop_last: bool = False,
-) -> Iterator[Batch]:
-    """Every prefix → its next item (one target per sample, at the last position)."""
+def make_examples(train: Sequences, objective: str) -> Examples:
     lengths = train.lengths
-    row = np.repeat(np.arange(len(train)), lengths)
-    position = np.arange(train.items.size) - train.offsets[row]
-    sample = np.flatnonzero(position >= 1)  # flat index of each sample's target
-    sample = sample[_order(sample.size, epoch_rng(seed, epoch), shuffle)]
-    for chunk in _chunks(sample, batch_size, drop_last):
-        starts = train.offsets[row[chunk]]
-        yield Batch(
-            torch.from_numpy(train.users[row[chunk]]),
-            torch.from_numpy(windows(train.items, starts, chunk, max_len)),
-            torch.from_numpy(train.items[chunk]),
+    usable = np.flatnonzero(lengths >= 2)
+    if usable.size == 0:
+        longest = int(lengths.max()) if lengths.size else 0
+        raise NoTrainingData(
+            f"no user has 2 or more training interactions (longest training sequence: {longest}); "
+            "next-item training needs at least one (input, target) pair"
         )
+    if objective == "causal":
+        return Examples(usable, lengths[usable] - 1)
+    if objective == "cloze":
+        return Examples(usable, lengths[usable])
+    if objective == "last":
+        counts = lengths[usable] - 1
+        rows = np.repeat(usable, counts)
+        starts = np.cumsum(counts) - counts
+        ends = np.arange(counts.sum()) - np.repeat(starts, counts) + 1
+        return Examples(rows, ends)
+    raise ValueError(f"unknown objective {objective!r} (expected causal, cloze or last)")
 
 
-def cloze_batches(
-    train: Sequences,
-    *,
-    max_len: int,
-    batch_size: int,
-    num_items: int,
-    mask_prob: float,
-    force_last_mask: bool = False,
-    seed: int = 0,
-    epoch: int = 0,
-    shuffle: bool = True,
-    drop_last: bool = False,
-) -> Iterator[Batch]:
-    """BERT4Rec batches: mask token ``num_items + 1``; ``targets`` 0 where not masked."""
-    if not 0.0 <= mask_prob <= 1.0:
-        raise ValueError("mask_prob must lie in [0, 1]")
-    rng = epoch_rng(seed, epoch)
-    rows = np.flatnonzero(train.lengths >= 1)
-    rows = rows[_order(rows.size, rng, shuffle)]
-    for chunk in _chunks(rows, batch_size, drop_last):
-        items = windows(train.items, train.offsets[chunk], train.offsets[chunk + 1], max_len)
-        masked = (rng.random(items.shape) < mask_prob) & (items > 0)
-        if force_last_mask:
-            masked[:, -1] = True
-        inputs = np.where(masked, num_items + 1, items)
-        yield Batch(
-            torch.from_numpy(train.users[chunk]),
-            torch.from_numpy(inputs),
-            torch.from_numpy(np.where(masked, items, 0)),
-        )
+@dataclass(frozen=True)
+class Batch:
+    inputs: torch.Tensor  # (B, L) item ids, left-padded
+    targets: torch.Tensor  # (B, L) for causal/cloze (0 = no target), (B,) for last
+    users: torch.Tensor  # (B,) internal user id of each example
+    times: torch.Tensor | None  # (B, L) timestamps aligned with inputs (0 at padding), or None
+    ratings: torch.Tensor | None  # (B, L) ratings aligned with inputs (0 at padding), or None
+
+
+def make_batch(
+    train: Sequences, examples: Examples, index: np.ndarray, objective: str, max_len: int
+) -> Batch:
+    """The batch of ``examples[index]``; cloze targets are filled in by the model's masking."""
+    rows = examples.rows[index]
+    starts = train.offsets[rows]
+    stops = starts + examples.ends[index]
+    inputs = windows(train.items, starts, stops, max_len)
+    if objective == "causal":
+        targets = windows(train.items, starts + 1, stops + 1, max_len)
+    elif objective == "last":
+        targets = train.items[stops]
+    else:
+        targets = np.zeros_like(inputs)
+    times, ratings = (
+        None if column is None else torch.from_numpy(windows(column, starts, stops, max_len))
+        for column in (train.times, train.ratings)
+    )
+    users = torch.from_numpy(train.users[rows])
+    return Batch(torch.from_numpy(inputs), torch.from_numpy(targets), users, times, ratings)
 
 
 def sliding_windows(seqs: Sequences, window: int, stride: int) -> Sequences:
@@ -156,5 +122,4 @@ def sliding_windows(seqs: Sequences, window: int, stride: int) -> Sequences:
     length = np.minimum(n[row], window)
     offsets = np.concatenate([[0], np.cumsum(length)]).astype(np.int64)
     gather = np.repeat(seqs.offsets[row] + start - offsets[:-1], length) + np.arange(offsets[-1])
-    times = None if seqs.times is None else seqs.times[gather]
-    return Sequences(offsets, seqs.items[gather], seqs.users[row], times)
+    return seqs.gather(offsets, gather, seqs.users[row])

@@ -236,7 +236,7 @@ class Interactions:
     def to_sequences(self) -> Sequences:
         """One CSR row per internal user, in chronological order (with timestamps if known)."""
         users = np.arange(self.num_users, dtype=np.int64)
-        return Sequences(self.offsets, self.item, users, self.timestamp)
+        return Sequences(self.offsets, self.item, users, self.timestamp, self.rating)
 
     def stats(self, name: str | None = None) -> Stats:
         lengths = np.diff(self.offsets)

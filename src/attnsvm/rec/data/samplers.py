@@ -12,6 +12,9 @@ returns the positive it is drawn for. Each is deterministic given its seed.
   its own training row (window), as Klenitskiy & Vasilev's sampler does (SASRec's avoids the
   user's whole training sequence); that samples from the distribution conditioned on "not one
   of the row's items".
+
+``negative_sampler`` picks an epoch's sampler by name, and ``log_q`` gives the log-probability
+of drawing each item (the sampled-softmax correction).
 """
 
 from __future__ import annotations
@@ -137,3 +140,23 @@ def avoid_row_items(
         negatives[clash] = sampler.draw(int(clash.sum()))
         clash[clash] = seen[owner[clash], negatives[clash]]
     return torch.from_numpy(negatives)
+
+
+def negative_sampler(kind: str, popularity: np.ndarray, seed: int):
+    """The data layer's sampler for one epoch; it never returns the positive it is drawn for."""
+    if kind == "uniform":
+        return UniformSampler(popularity.size - 1, seed=seed)
+    if kind == "popularity":
+        return PopularitySampler(popularity, seed=seed)
+    raise ValueError(f"unknown sampler {kind!r} (expected uniform or popularity)")
+
+
+def log_q(kind: str, popularity: np.ndarray) -> torch.Tensor:
+    """log-probability of drawing each item id (index 0, padding, is never drawn: −∞)."""
+    if kind == "uniform":
+        probability = np.full(popularity.size, 1.0 / (popularity.size - 1))
+        probability[0] = 0.0
+    else:
+        probability = PopularitySampler(popularity).probability
+    with np.errstate(divide="ignore"):
+        return torch.from_numpy(np.log(probability)).float()

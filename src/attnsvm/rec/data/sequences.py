@@ -16,14 +16,16 @@ import numpy as np
 class Sequences:
     """Rows of internal item ids; ``users[r]`` is the internal user id of row ``r``.
 
-    ``times`` (optional) holds each event's timestamp, aligned with ``items``; it travels through
-    every selection and split so that time-aware models (STRec) see the times of their windows.
+    ``times`` and ``ratings`` (optional) hold each event's timestamp and rating, aligned with
+    ``items``; they travel through every selection and split so that a model or a loss sees the
+    times and ratings of its windows (STRec reads times; a reward-weighted loss reads ratings).
     """
 
     offsets: np.ndarray  # int64, shape (rows + 1,), offsets[0] == 0, non-decreasing
     items: np.ndarray  # int64, shape (offsets[-1],), every entry >= 1
     users: np.ndarray  # int64, shape (rows,)
     times: np.ndarray | None = None  # float64, shape (offsets[-1],), or None
+    ratings: np.ndarray | None = None  # float64, shape (offsets[-1],), or None
 
     def __post_init__(self) -> None:
         offsets = np.ascontiguousarray(self.offsets, dtype=np.int64)
@@ -39,11 +41,12 @@ class Sequences:
             raise ValueError(f"users has shape {users.shape}, expected ({offsets.size - 1},)")
         if items.size and items.min() < 1:
             raise ValueError("item ids must be >= 1 (0 is the padding id)")
-        if self.times is not None:
-            times = np.ascontiguousarray(self.times, dtype=np.float64)
-            if times.shape != items.shape:
-                raise ValueError(f"times has shape {times.shape}, expected {items.shape}")
-            object.__setattr__(self, "times", times)
+        for name in ("times", "ratings"):
+            if getattr(self, name) is not None:
+                values = np.ascontiguousarray(getattr(self, name), dtype=np.float64)
+                if values.shape != items.shape:
+                    raise ValueError(f"{name} has shape {values.shape}, expected {items.shape}")
+                object.__setattr__(self, name, values)
         object.__setattr__(self, "offsets", offsets)
         object.__setattr__(self, "items", items)
         object.__setattr__(self, "users", users)
@@ -77,8 +80,14 @@ class Sequences:
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         starts = self.offsets[rows]
         gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
-        times = None if self.times is None else self.times[gather]
-        return Sequences(offsets, self.items[gather], self.users[rows], times)
+        return self.gather(offsets, gather, self.users[rows])
+
+    def gather(self, offsets: np.ndarray, flat: np.ndarray, users: np.ndarray) -> Sequences:
+        """New rows ``offsets`` over the events ``flat`` (indices into this collection's flat
+        arrays), with their times and ratings."""
+        times = None if self.times is None else self.times[flat]
+        ratings = None if self.ratings is None else self.ratings[flat]
+        return Sequences(offsets, self.items[flat], users, times, ratings)
 
     def padded(self, max_len: int, rows: np.ndarray | None = None) -> np.ndarray:
         """Left-padded ``(rows, max_len)`` int64 matrix of the last ``max_len`` items per row."""
@@ -89,6 +98,12 @@ class Sequences:
         if self.times is None:
             raise ValueError("these sequences carry no timestamps (the data had none)")
         return self._padded(self.times, max_len, rows)
+
+    def padded_ratings(self, max_len: int, rows: np.ndarray | None = None) -> np.ndarray:
+        """The ratings aligned with :meth:`padded` (0 at padding); a ValueError without them."""
+        if self.ratings is None:
+            raise ValueError("these sequences carry no ratings (the data had none)")
+        return self._padded(self.ratings, max_len, rows)
 
     def _padded(self, values: np.ndarray, max_len: int, rows: np.ndarray | None) -> np.ndarray:
         rows = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64)

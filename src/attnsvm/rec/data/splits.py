@@ -56,18 +56,18 @@ def _positions(seqs: Sequences) -> tuple[np.ndarray, np.ndarray]:
     return row, np.arange(seqs.items.size) - seqs.offsets[row]
 
 
-def _from_flat(
-    row: np.ndarray, items: np.ndarray, rows: int, users: np.ndarray, times=None
-) -> Sequences:
+def _from_flat(row: np.ndarray, items: np.ndarray, rows: int, users: np.ndarray) -> Sequences:
     """CSR from flat (row, item) pairs already grouped by row in order."""
     offsets = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=rows))]).astype(np.int64)
-    return Sequences(offsets, items, users, times)
+    return Sequences(offsets, items, users)
 
 
 def _keep(seqs: Sequences, mask: np.ndarray) -> Sequences:
+    """The events where ``mask`` holds, in their rows (times and ratings kept with them)."""
     row, _ = _positions(seqs)
-    times = None if seqs.times is None else seqs.times[mask]
-    return _from_flat(row[mask], seqs.items[mask], len(seqs), seqs.users, times)
+    offsets = np.bincount(row[mask], minlength=len(seqs))
+    offsets = np.concatenate([[0], np.cumsum(offsets)]).astype(np.int64)
+    return seqs.gather(offsets, np.flatnonzero(mask), seqs.users)
 
 
 def _distinct(
@@ -181,8 +181,7 @@ def _prefix_task(sessions: Sequences) -> EvalTask:
     hist_offsets = np.concatenate([[0], np.cumsum(sample_pos)]).astype(np.int64)
     gather = np.repeat(starts - hist_offsets[:-1], sample_pos) + np.arange(hist_offsets[-1])
     users = sessions.users[sample_row]
-    times = None if sessions.times is None else sessions.times[gather]
-    history = Sequences(hist_offsets, sessions.items[gather], users, times)
+    history = sessions.gather(hist_offsets, gather, users)
     one = np.arange(users.size + 1, dtype=np.int64)
     targets = Sequences(one, sessions.items[starts + sample_pos], users)
     empty = Sequences(np.zeros(users.size + 1, dtype=np.int64), np.zeros(0, np.int64), users)

@@ -34,6 +34,7 @@ one dispatch from that name to the functions above.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -254,6 +255,9 @@ class LossConfig(Config):
     # 188 ms with 1,024 (the chunk's logits then outgrow the caches)
     ce_chunk_size: int | None = 512
     negatives_avoid_row: bool = False
+    #: weight of ``½‖E‖²`` on the input item table, added to the loss as the auxiliary term
+    #: ``l2_emb`` (the official SASRec's ``--l2_emb``; 0 there and here)
+    l2_emb: float = 0.0
 
     def __post_init__(self) -> None:
         self._choice("name", LOSS_NAMES)
@@ -261,6 +265,8 @@ class LossConfig(Config):
         if self.num_negatives < 1:
             raise ValueError(f"LossConfig.num_negatives must be ≥ 1, got {self.num_negatives}")
         self._range("gbce_t", 0.0, 1.0)
+        if not (self.l2_emb >= 0 and math.isfinite(self.l2_emb)):
+            raise ValueError(f"LossConfig.l2_emb must be a finite number ≥ 0, got {self.l2_emb}")
         if self.ce_chunk_size is not None and self.ce_chunk_size < 1:
             raise ValueError(
                 f"LossConfig.ce_chunk_size must be ≥ 1 or None, got {self.ce_chunk_size}"

@@ -10,24 +10,18 @@ its ``test_eval.json``).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 import numpy as np
 
-from attnsvm._atomic import write_json, write_text
-from attnsvm.rec.config import RunConfig, save_config
+from attnsvm.rec.config import RunConfig
 from attnsvm.rec.data.splits import Split
 from attnsvm.rec.eval.ranking import EvalResult
-from attnsvm.rec.models.knn import BASELINES, build_baseline
-from attnsvm.rec.train.checkpoint import RunDirectory
-from attnsvm.rec.train.trainer import RunResult, default_run_dir, evaluate_scores, load_split
-
-
-def is_baseline(name: str) -> bool:
-    return name in BASELINES
+from attnsvm.rec.models.knn import build_baseline
+from attnsvm.rec.train.checkpoint import RunDirectory, RunResult, default_run_dir
+from attnsvm.rec.train.scoring import evaluate_scores, load_split
 
 
 def fit_baseline(config: RunConfig, split: Split):
@@ -58,36 +52,21 @@ def train_baseline(config: RunConfig, run_dir: str | Path | None = None) -> RunR
     test = evaluate_baseline(model, split, config, "test")
     test_seconds = time.perf_counter() - start
     run = RunDirectory.create(Path(run_dir) if run_dir is not None else default_run_dir(config))
-    save_config(config, run.work / "config.json")
     settings = {"name": config.model.name, **config.model.overrides}
-    write_json(
-        run.work / "model.json",
-        {
-            "model": config.model.name,
-            "num_items": split.num_items,
-            "baseline": True,
-            "model_config": settings,
-        },
-    )
-    maps = {"items": split.item_ids.tolist(), "users": split.user_ids.tolist()}
-    write_json(run.work / "id_maps.json", maps)
-    record = {"epoch": 0, "fit_seconds": fit_seconds, "valid": valid.metrics}
-    write_text(run.work / "log.jsonl", json.dumps(record) + "\n")
-    write_json(
-        run.work / "metrics.json",
-        {
-            "protocol": f"{split.protocol}, {test.protocol}",
-            "test": test.metrics,
-            "valid": valid.metrics,
-            "best_epoch": 0,
-            "epochs": 0,
-            "stopped_early": False,
-            "train_seconds": fit_seconds,
-            "test_seconds": test_seconds,  # ranking every test user: most of a baseline's cost
-            "devices": ["cpu (numpy)"],
-            "steps": 0,
-        },
-    )
-    test.save(run.work / "test_eval.json")
-    run.finish()
-    return RunResult(run.final, test.metrics, valid.metrics, 0, 0, False, fit_seconds)
+    info = {"model": config.model.name, "baseline": True, "model_config": settings}
+    run.write_header(config, info, split)
+    run.write_log([{"epoch": 0, "fit_seconds": fit_seconds, "valid": valid.metrics}])
+    metrics = {
+        "protocol": f"{split.protocol}, {test.protocol}",
+        "test": test.metrics,
+        "valid": valid.metrics,
+        "best_epoch": 0,
+        "epochs": 0,
+        "stopped_early": False,
+        "train_seconds": fit_seconds,
+        "test_seconds": test_seconds,  # ranking every test user: most of a baseline's cost
+        "devices": ["cpu (numpy)"],
+        "steps": 0,
+    }
+    final = run.publish(metrics, test)
+    return RunResult(final, test.metrics, valid.metrics, 0, 0, False, fit_seconds)

@@ -23,13 +23,18 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from attnsvm._atomic import atomic_path
+from attnsvm._atomic import atomic_path, write_json, write_text
+from attnsvm.rec.config import RunConfig, save_config
+from attnsvm.rec.data.splits import Split
+from attnsvm.rec.eval.ranking import EvalResult
 
 INCOMPLETE_SUFFIX = ".incomplete"
 WEIGHTS = "model.safetensors"
@@ -56,8 +61,8 @@ def save_weights(model: torch.nn.Module, path: Path) -> None:
         save_file(tensors, temporary, metadata=aliases or None)
 
 
-def load_weights(model: torch.nn.Module, path: Path) -> None:
-    """Load safetensors weights saved by ``save_weights`` (strict: every key must match)."""
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The state dict saved by ``save_weights``, tied parameters under each of their keys."""
     from safetensors import safe_open
 
     tensors = load_file(path)
@@ -65,7 +70,12 @@ def load_weights(model: torch.nn.Module, path: Path) -> None:
         aliases = file.metadata() or {}
     for alias, source in aliases.items():
         tensors[alias] = tensors[source]
-    model.load_state_dict(tensors, strict=True)
+    return tensors
+
+
+def load_weights(model: torch.nn.Module, path: Path) -> None:
+    """Load safetensors weights saved by ``save_weights`` (strict: every key must match)."""
+    model.load_state_dict(read_weights(path), strict=True)
 
 
 def save_resume_state(path: Path, state: dict[str, Any]) -> None:
@@ -75,6 +85,23 @@ def save_resume_state(path: Path, state: dict[str, Any]) -> None:
 
 def load_resume_state(path: Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    test: dict[str, float]  # test metrics of the best checkpoint
+    valid: dict[str, float]  # validation metrics of the best epoch
+    best_epoch: int
+    epochs: int  # epochs trained
+    stopped_early: bool
+    train_seconds: float
+
+
+def default_run_dir(config: RunConfig) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dataset = Path(config.data.dataset).stem
+    return Path("runs") / f"{config.model.name}-{dataset}-{stamp}"
 
 
 class RunDirectory:
@@ -113,6 +140,24 @@ class RunDirectory:
     def work(self) -> Path:
         """Where files go while the run is in progress."""
         return self.partial
+
+    def write_header(self, config: RunConfig, model_info: dict[str, Any], split: Split) -> None:
+        """``config.json``, ``model.json`` and ``id_maps.json``: what the run is, written before
+        it trains (neural runs) or fits (baselines)."""
+        save_config(config, self.work / "config.json")
+        write_json(self.work / "model.json", {**model_info, "num_items": split.num_items})
+        maps = {"items": split.item_ids.tolist(), "users": split.user_ids.tolist()}
+        write_json(self.work / "id_maps.json", maps)
+
+    def write_log(self, history: list[dict[str, Any]]) -> None:
+        """``log.jsonl``: one record per epoch so far."""
+        write_text(self.work / "log.jsonl", "".join(json.dumps(r) + "\n" for r in history))
+
+    def publish(self, metrics: dict[str, Any], test: EvalResult) -> Path:
+        """Write the results, then rename the directory to its final name."""
+        test.save(self.work / "test_eval.json")
+        write_json(self.work / "metrics.json", metrics)
+        return self.finish()
 
     def finish(self) -> Path:
         """Drop the resume state and publish the directory under its final name (atomic rename)."""

@@ -24,13 +24,7 @@ from attnsvm.rec.models import MODELS, SequentialRecommender
 from attnsvm.rec.models.knn import Baseline
 from attnsvm.rec.train.baselines import evaluate_baseline, fit_baseline
 from attnsvm.rec.train.checkpoint import WEIGHTS, finished_run, load_weights
-from attnsvm.rec.train.trainer import (
-    evaluate_model,
-    load_split,
-    model_inputs,
-    score_function,
-    window_length,
-)
+from attnsvm.rec.train.scoring import evaluate_model, load_split, score_function
 
 
 @dataclass(frozen=True)
@@ -48,7 +42,7 @@ class LoadedRun:
     @property
     def max_len(self) -> int:
         """The model's input window (a baseline reads the whole history)."""
-        return np.iinfo(np.int64).max if self.baseline else window_length(self.config)
+        return np.iinfo(np.int64).max if self.baseline else self.model.config.max_len
 
     def internal_items(self, external: list) -> np.ndarray:
         """Internal ids of external item ids (compared as text); unknown ids are an error."""
@@ -110,7 +104,6 @@ class RunOnSplit:
             self.task,
             data.num_items,
             run.config.eval,
-            run.max_len,
             popularity=self.popularity,
         )
 
@@ -120,7 +113,7 @@ class RunOnSplit:
         if run.baseline:
             score = run.model.score_function(task)
         else:
-            score = score_function(run.model, task, run.max_len, torch.device("cpu"))
+            score = score_function(run.model, task, torch.device("cpu"))
         return sampled_evaluate(
             score,
             task,
@@ -195,7 +188,7 @@ def _next_item_scores(run: LoadedRun, internal: np.ndarray, known: UserHistory) 
         return run.model.score_function(task)(np.array([0]))[0]
     window = torch.from_numpy(internal[-run.max_len :][None, :])
     times = None if known.times is None else torch.from_numpy(known.times[-run.max_len :][None])
-    extras = model_inputs(run.model, torch.from_numpy(user), times)
+    extras = run.model.extra_kwargs(users=torch.from_numpy(user), timestamps=times)
     return run.model.score_last(window, **extras)[0]
 
 

@@ -1,0 +1,180 @@
+"""From a run's config to its split and model, and from a model to full-ranking metrics.
+
+These are the pieces the trainer, the baselines, finished runs (``runs.py``) and benchmarks all
+share, so none of them imports another's internals:
+
+- ``load_split(data)``: the configured split of the configured dataset (``data.split``:
+  leave-one-out, temporal or session; see ``attnsvm.rec.data.splits`` for each one's rules).
+- ``build(config, split)``: the run's model, initialised from ``train.seed``. Its config is the
+  one owner of the window length: ``data.max_len`` is applied here, once, and everything after
+  reads ``model.config.max_len``.
+- ``score_function`` / ``evaluate_model`` / ``evaluate_scores``: a model (or any ``rows →
+  scores`` function) ranked against the full catalogue by the shared evaluator; under DDP each
+  process ranks a shard and the top-k lists are gathered in user order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from attnsvm.rec.config import DataConfig, EvalConfig, RunConfig
+from attnsvm.rec.data.sequences import EvalTask
+from attnsvm.rec.data.splits import Split, leave_one_out, session_split, temporal_split
+from attnsvm.rec.eval.metrics import metrics_from_topk
+from attnsvm.rec.eval.ranking import EvalResult, protocol_label, rank_topk, trim_padding
+from attnsvm.rec.models import MODELS, SequentialRecommender, resolve
+from attnsvm.rec.train import distributed
+from attnsvm.rec.train.memory import keep_freed_memory
+
+
+def load_split(data: DataConfig) -> Split:
+    """``data.dataset`` split as ``data.split`` says."""
+    from attnsvm.rec.data.datasets import load_dataset
+
+    interactions = load_dataset(data.dataset, root=data.root)
+    if data.split == "temporal":
+        test_cut = 1.0 - data.test_fraction
+        return temporal_split(
+            interactions, test_cut - data.valid_fraction, test_cut, data.unseen_policy
+        )
+    if data.split == "session":
+        return session_split(
+            interactions, data.valid_fraction, data.test_fraction, data.unseen_policy
+        )
+    return leave_one_out(interactions)
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def build(config: RunConfig, split: Split) -> SequentialRecommender:
+    """The run's model, initialised from ``train.seed``, with ``data.max_len`` as its window;
+    a model with a user table (SSE-PT) gets one row per user unless the config sets
+    ``num_users``."""
+    overrides = dict(config.model.overrides)
+    name = resolve(config.model.name)[0]
+    has_users = "num_users" in {f.name for f in dataclasses.fields(MODELS[name].config_class)}
+    if has_users and "num_users" not in overrides:
+        overrides["num_users"] = split.num_users
+    if config.data.max_len is not None:
+        overrides["max_len"] = config.data.max_len
+    name, model_config, _ = resolve(config.model.name, **overrides)
+    seed_everything(config.train.seed)
+    model = MODELS[name].model_class(split.num_items, model_config)
+    if "timestamps" in model.extra_inputs and split.train.times is None:
+        raise ValueError(
+            f"model {type(model).__name__} needs event timestamps and dataset "
+            f"{config.data.dataset!r} has none (use one with times, e.g. ml-100k, "
+            "ml-latest-small or yoochoose)"
+        )
+    if "ratings" in model.extra_inputs and split.train.ratings is None:
+        raise ValueError(
+            f"model {type(model).__name__} needs ratings and dataset {config.data.dataset!r} "
+            "has none (use one with ratings, e.g. ml-100k or ml-latest-small)"
+        )
+    return model
+
+
+def subtask(task: EvalTask, rows: np.ndarray) -> EvalTask:
+    return EvalTask(
+        task.users[rows],
+        task.history.select(rows),
+        task.targets.select(rows),
+        task.exclude.select(rows),
+    )
+
+
+def autocast(device: torch.device, enabled: bool):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def score_function(
+    model: SequentialRecommender, task: EvalTask, device: torch.device, bf16: bool = False
+) -> Callable[[np.ndarray], torch.Tensor]:
+    """``rows → (len(rows), num_items + 1)`` next-item scores after each row's history."""
+    max_len = model.config.max_len
+    history = task.history
+    columns = {
+        "timestamps": (history.times, history.padded_times),
+        "ratings": (history.ratings, history.padded_ratings),
+    }
+
+    def score(rows: np.ndarray) -> torch.Tensor:
+        windows = history.padded(max_len, rows)
+        if model.padding_free:
+            windows = trim_padding(windows)
+        width = windows.shape[1]
+
+        available = {"users": torch.from_numpy(task.users[rows])}
+        for name in model.extra_inputs:  # only what the model reads: padding costs time
+            if name in columns and columns[name][0] is not None:
+                available[name] = torch.from_numpy(columns[name][1](max_len, rows)[:, -width:])
+        extras = {k: v.to(device) for k, v in model.extra_kwargs(**available).items()}
+        with autocast(device, bf16):
+            return model.score_last(torch.from_numpy(windows).to(device), **extras).float()
+
+    return score
+
+
+def evaluate_model(
+    model: SequentialRecommender,
+    task: EvalTask,
+    num_items: int,
+    eval_config: EvalConfig,
+    *,
+    popularity: np.ndarray | None = None,
+    context: distributed.Context | None = None,
+    bf16: bool = False,
+) -> EvalResult:
+    """Full-ranking metrics of a neural model (see :func:`evaluate_scores`)."""
+    keep_freed_memory()
+    context = context or distributed.Context()
+    model.eval()
+    return evaluate_scores(
+        lambda local: score_function(model, local, context.device, bf16),
+        task,
+        num_items,
+        eval_config,
+        popularity=popularity,
+        context=context,
+    )
+
+
+def evaluate_scores(
+    score_for: Callable[[EvalTask], Callable[[np.ndarray], torch.Tensor]],
+    task: EvalTask,
+    num_items: int,
+    eval_config: EvalConfig,
+    *,
+    popularity: np.ndarray | None = None,
+    context: distributed.Context | None = None,
+) -> EvalResult:
+    """Full-ranking metrics of ``score_for(task)`` (a ``rows → scores`` function for a task);
+    under DDP each process ranks a shard and the top-k lists are gathered in user order, so the
+    metrics equal a single process's."""
+    context = context or distributed.Context()
+    ks = tuple(sorted(eval_config.ks))
+    part = distributed.shard(len(task), context)
+    local = subtask(task, np.arange(part.start, part.stop, dtype=np.int64))
+    topk = rank_topk(
+        score_for(local),
+        local,
+        num_items,
+        max(ks),
+        batch_size=eval_config.batch_size,
+        exclude_seen=eval_config.exclude_seen,
+    )
+    topk = distributed.gather_rows(topk, len(task), context)
+    metrics, per_user = metrics_from_topk(
+        topk, task.targets, ks, num_items=num_items, item_popularity=popularity
+    )
+    return EvalResult(metrics, per_user, protocol_label(eval_config.exclude_seen), task.users)
