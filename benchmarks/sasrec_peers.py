@@ -88,7 +88,7 @@ from attnsvm.rec.config import DataConfig
 from attnsvm.rec.data.datasets import load_dataset
 from attnsvm.rec.data.splits import Split
 from attnsvm.rec.eval import metrics_from_topk
-from attnsvm.rec.train.trainer import load_split
+from attnsvm.rec.train.scoring import load_split
 
 HERE = Path(__file__).resolve().parent
 LIBRARIES = ("attnsvm", "rectools", "replay", "recbole")

@@ -92,7 +92,7 @@ def step_worker(keep: bool, threads: int, repeats: int) -> float:
     from attnsvm.rec.config import DataConfig, ModelChoice, RunConfig, TrainConfig
     from attnsvm.rec.models import LossConfig
     from attnsvm.rec.nn.losses import full_ce_loss
-    from attnsvm.rec.train.trainer import build
+    from attnsvm.rec.train.scoring import build
 
     torch.manual_seed(0)
     model_config = {"hidden_size": DIM, "ffn_size": DIM, "num_blocks": 2, "num_heads": 1}

@@ -213,14 +213,12 @@ def score_unfinished(work: Path) -> tuple[EvalResult, list[dict], dict]:
     checkpoint so far; the evaluation is saved as ``partial_test_eval.json`` in ``work``."""
     from attnsvm.rec.config import load_config
     from attnsvm.rec.train.runs import load_model
-    from attnsvm.rec.train.trainer import evaluate_model, load_split, window_length
+    from attnsvm.rec.train.scoring import evaluate_model, load_split
 
     log = [json.loads(line) for line in (work / "log.jsonl").read_text().splitlines()]
     config = load_config(work / "config.json")
     split = load_split(config.data)
-    result = evaluate_model(
-        load_model(work), split.test, split.num_items, config.eval, window_length(config)
-    )
+    result = evaluate_model(load_model(work), split.test, split.num_items, config.eval)
     result.save(work / "partial_test_eval.json")
     return result, log, max(log, key=lambda r: r["valid"][config.eval.valid_metric])
 

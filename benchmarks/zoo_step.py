@@ -33,7 +33,8 @@ import torch
 import zoo  # benchmarks/ is on the path of a script run from it
 from attnsvm.rec.models import matrrec
 from attnsvm.rec.train import distributed
-from attnsvm.rec.train.trainer import _Loop, build, load_split
+from attnsvm.rec.train.loop import TrainingLoop
+from attnsvm.rec.train.scoring import build, load_split
 
 MODELS = ("matrrec", "convformer", "ssept", "actsr")
 
@@ -65,7 +66,7 @@ def step_ms(name: str, steps: int, padding_free: bool, scan: Callable | None = N
     if scan is not None:
         matrrec.selective_scan = scan
     try:
-        loop = _Loop(config, split, model, distributed.init_from_env())
+        loop = TrainingLoop(config, split, model, distributed.init_from_env())
         generator = loop.begin_epoch(1)
         order = torch.randperm(len(loop.examples), generator=generator).numpy()
         size = config.train.batch_size

@@ -11,10 +11,12 @@ from attnsvm._atomic import atomic_path, write_json, write_text
 
 
 def test_a_failed_write_leaves_nothing(tmp_path):
-    with pytest.raises(RuntimeError, match="disk full"):
-        with atomic_path(tmp_path / "model.safetensors") as temporary:
-            temporary.write_text("half")
-            raise RuntimeError("disk full")
+    with (
+        pytest.raises(RuntimeError, match="disk full"),
+        atomic_path(tmp_path / "model.safetensors") as temporary,
+    ):
+        temporary.write_text("half")
+        raise RuntimeError("disk full")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -25,7 +25,7 @@ from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, T
 from attnsvm.rec.eval import rank_topk
 from attnsvm.rec.models import LossConfig
 from attnsvm.rec.train import load_run, train
-from attnsvm.rec.train.trainer import load_split, score_function
+from attnsvm.rec.train.scoring import load_split, score_function
 
 
 def main() -> None:
@@ -63,7 +63,7 @@ def main() -> None:
 
     run = load_run(result.run_dir)
     split = load_split(config.data)
-    score = score_function(run.model, split.test, run.max_len, torch.device("cpu"))
+    score = score_function(run.model, split.test, torch.device("cpu"))
     start = time.perf_counter()
     topk = rank_topk(
         score, split.test, split.num_items, args.top_k, batch_size=args.eval_batch_size

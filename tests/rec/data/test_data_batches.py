@@ -1,5 +1,5 @@
-"""Batch builders and negative samplers: no target inside its own input window, no padding
-negatives, exact exclusion, determinism."""
+"""Sliding windows and negative samplers: every target covered, no padding negatives, exact
+exclusion, determinism. (The examples and batches of each objective: test_data_examples.py.)"""
 
 import numpy as np
 import pytest
@@ -7,12 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnsvm.rec.data.batches import (
-    causal_batches,
-    cloze_batches,
-    last_position_batches,
-    sliding_windows,
-)
+from attnsvm.rec.data.batches import sliding_windows
 from attnsvm.rec.data.samplers import PopularitySampler, UniformSampler, in_batch_sampler
 from attnsvm.rec.data.sequences import Sequences
 
@@ -25,91 +20,6 @@ def distinct_rows(row_lengths, seed=0):
     items = np.random.default_rng(seed).permutation(total) + 1
     offsets = np.concatenate([[0], np.cumsum(row_lengths)])
     return Sequences(offsets, items, np.arange(len(row_lengths)) + 100)
-
-
-@given(lengths, st.integers(1, 6), st.integers(1, 5))
-def test_causal_batches(row_lengths, max_len, batch_size):
-    seqs = distinct_rows(row_lengths)
-    seen_users = []
-    for batch in causal_batches(seqs, max_len=max_len, batch_size=batch_size, seed=3):
-        assert batch.inputs.dtype == torch.long and batch.inputs.shape[1] == max_len
-        for b, user in enumerate(batch.users.tolist()):
-            row = seqs.row(user - 100).tolist()
-            inputs, targets = batch.inputs[b].tolist(), batch.targets[b].tolist()
-            keep = min(len(row) - 1, max_len)
-            assert inputs == [0] * (max_len - keep) + row[:-1][-keep:]
-            assert targets == [0] * (max_len - keep) + row[1:][-keep:]
-            for t in range(max_len):
-                if targets[t]:
-                    assert targets[t] not in inputs[: t + 1]  # never inside its own window
-                    assert row.index(targets[t]) == row.index(inputs[t]) + 1
-            seen_users.append(user)
-    assert sorted(seen_users) == [100 + r for r, n in enumerate(row_lengths) if n >= 2]
-
-
-@given(lengths, st.integers(1, 6), st.integers(1, 7))
-def test_last_position_batches(row_lengths, max_len, batch_size):
-    seqs = distinct_rows(row_lengths)
-    samples = []
-    for batch in last_position_batches(seqs, max_len=max_len, batch_size=batch_size, seed=1):
-        for b, user in enumerate(batch.users.tolist()):
-            row = seqs.row(user - 100).tolist()
-            target = batch.targets[b].item()
-            k = row.index(target)
-            inputs = batch.inputs[b].tolist()
-            assert target not in inputs
-            keep = min(k, max_len)
-            assert inputs == [0] * (max_len - keep) + row[k - keep : k]
-            samples.append(target)
-    expected = [i for r in range(len(seqs)) for i in seqs.row(r)[1:].tolist()]
-    assert sorted(samples) == sorted(expected)
-
-
-@given(lengths, st.integers(1, 6), st.floats(0.0, 1.0), st.booleans())
-def test_cloze_batches(row_lengths, max_len, mask_prob, force_last):
-    seqs = distinct_rows(row_lengths)
-    num_items = int(seqs.items.max())
-    mask = num_items + 1
-    for batch in cloze_batches(
-        seqs,
-        max_len=max_len,
-        batch_size=4,
-        num_items=num_items,
-        mask_prob=mask_prob,
-        force_last_mask=force_last,
-        seed=5,
-    ):
-        for b, user in enumerate(batch.users.tolist()):
-            window = seqs.padded(max_len, np.array([user - 100]))[0].tolist()
-            inputs, labels = batch.inputs[b].tolist(), batch.targets[b].tolist()
-            for t in range(max_len):
-                if inputs[t] == mask:
-                    assert labels[t] == window[t] and labels[t] not in inputs
-                else:
-                    assert labels[t] == 0 and inputs[t] == window[t]
-            if force_last:
-                assert inputs[-1] == mask
-            if mask_prob == 0.0 and not force_last:
-                assert inputs == window
-
-
-def test_batches_are_deterministic_given_seed_and_epoch():
-    seqs = distinct_rows([5, 3, 7, 2, 9, 4])
-
-    def run(**kw):
-        return [
-            b.inputs.tolist()
-            for b in cloze_batches(seqs, max_len=4, batch_size=2, num_items=40, mask_prob=0.5, **kw)
-        ]
-
-    assert run(seed=1, epoch=2) == run(seed=1, epoch=2)
-    assert run(seed=1, epoch=2) != run(seed=1, epoch=3)
-    unshuffled = [
-        b.users.tolist() for b in causal_batches(seqs, max_len=3, batch_size=4, shuffle=False)
-    ]
-    assert unshuffled == [[100, 101, 102, 103], [104, 105]]
-    dropped = list(causal_batches(seqs, max_len=3, batch_size=4, drop_last=True))
-    assert len(dropped) == 1
 
 
 @given(lengths, st.integers(2, 6), st.integers(1, 5))
@@ -179,5 +89,3 @@ def test_samplers_refuse_impossible_requests():
         UniformSampler(1)
     with pytest.raises(ValueError, match="at least 2 items"):
         PopularitySampler(np.array([5, 3, 0]))
-    with pytest.raises(ValueError, match="mask_prob"):
-        next(cloze_batches(distinct_rows([3]), max_len=2, batch_size=1, num_items=3, mask_prob=1.5))

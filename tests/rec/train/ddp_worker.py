@@ -18,7 +18,8 @@ from train_helpers import step_config
 
 from attnsvm.rec.train import distributed, load_run
 from attnsvm.rec.train.checkpoint import save_weights
-from attnsvm.rec.train.trainer import _Loop, build, evaluate_model, load_split
+from attnsvm.rec.train.loop import TrainingLoop
+from attnsvm.rec.train.scoring import build, evaluate_model, load_split
 
 
 def main() -> None:
@@ -28,12 +29,12 @@ def main() -> None:
     run = load_run(run_dir)
     split = load_split(run.config.data)
     result = evaluate_model(
-        run.model, split.test, split.num_items, run.config.eval, run.max_len, context=context
+        run.model, split.test, split.num_items, run.config.eval, context=context
     )
     config = step_config(data)
     split = load_split(config.data)
     model = build(config, split.num_items)
-    loop = _Loop(config, split, model, context)
+    loop = TrainingLoop(config, split, model, context)
     distributed.broadcast_parameters(model, context)
     loop.train_step(np.arange(len(loop.examples)), loop.begin_epoch(1))
     if context.is_main:

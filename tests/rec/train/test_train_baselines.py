@@ -16,7 +16,7 @@ from attnsvm.rec.eval.ranking import rank_topk
 from attnsvm.rec.models.knn import build_baseline
 from attnsvm.rec.train import train
 from attnsvm.rec.train.runs import evaluate_run, recommend
-from attnsvm.rec.train.trainer import load_split
+from attnsvm.rec.train.scoring import load_split
 
 
 def _baseline(walks, name: str, **settings) -> RunConfig:

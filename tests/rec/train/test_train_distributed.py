@@ -17,7 +17,8 @@ from train_helpers import step_config
 
 from attnsvm.rec.train import distributed, load_run
 from attnsvm.rec.train.checkpoint import load_weights
-from attnsvm.rec.train.trainer import _Loop, build, evaluate_model, load_split
+from attnsvm.rec.train.loop import TrainingLoop
+from attnsvm.rec.train.scoring import build, evaluate_model, load_split
 
 HERE = Path(__file__).parent
 
@@ -46,13 +47,13 @@ def test_two_processes_match_one(trained_run, walks, tmp_path):
 
     run = load_run(trained_run)
     split = load_split(run.config.data)
-    single = evaluate_model(run.model, split.test, split.num_items, run.config.eval, run.max_len)
+    single = evaluate_model(run.model, split.test, split.num_items, run.config.eval)
     assert json.loads((tmp_path / "eval.json").read_text()) == single.metrics
 
     config = step_config(walks)
     split = load_split(config.data)
     model = build(config, split.num_items)
-    loop = _Loop(config, split, model, distributed.Context())
+    loop = TrainingLoop(config, split, model, distributed.Context())
     assert len(loop.examples) > 64  # the global batch spans both shards
     loop.train_step(np.arange(len(loop.examples)), loop.begin_epoch(1))
     reference = build(config, split.num_items)

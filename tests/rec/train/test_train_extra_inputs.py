@@ -16,7 +16,7 @@ from attnsvm.lens.report import write_report
 from attnsvm.rec.config import ModelChoice
 from attnsvm.rec.train import train
 from attnsvm.rec.train.runs import load_run, recommend
-from attnsvm.rec.train.trainer import build, load_split
+from attnsvm.rec.train.scoring import build, load_split
 
 
 def write_timed_walks(folder: Path, num_users: int = 60, seed: int = 0) -> Path:

@@ -214,7 +214,8 @@ def test_length_groups_take_the_same_step_as_the_whole_batch(walks, loss):
     would hide a scale), for per-position negatives too (each group gets its own positions'
     negatives)."""
     from attnsvm.rec.train import distributed
-    from attnsvm.rec.train.trainer import _Loop, build, load_split
+    from attnsvm.rec.train.loop import TrainingLoop
+    from attnsvm.rec.train.scoring import build, load_split
 
     losses, gradients = {}, {}
     for groups in (1, 4):
@@ -225,7 +226,7 @@ def test_length_groups_take_the_same_step_as_the_whole_batch(walks, loss):
         split = load_split(config.data)
         torch.manual_seed(0)
         model = build(config, split.num_items)
-        loop = _Loop(config, split, model, distributed.Context())
+        loop = TrainingLoop(config, split, model, distributed.Context())
         pieces = loop._length_groups(torch.from_numpy(np.array([[0, 0, 1, 2], [3, 4, 5, 6]])))
         assert len(pieces) == (1 if groups == 1 else 2)
         losses[groups] = loop.train_step(np.arange(len(loop.examples)), loop.begin_epoch(1))
@@ -243,8 +244,8 @@ def test_negatives_avoid_the_items_of_their_own_row(walks, monkeypatch, model, l
     """With ``negatives_avoid_row`` the trainer hands each target's row to the sampler: the
     positive lies in the row it is mapped to, and no negative does (cloze rows are the items
     before masking)."""
-    from attnsvm.rec.train import distributed, trainer
-    from attnsvm.rec.train.trainer import _Loop, build, load_split
+    from attnsvm.rec.train import distributed, loop
+    from attnsvm.rec.train.scoring import build, load_split
 
     calls = []
 
@@ -253,15 +254,16 @@ def test_negatives_avoid_the_items_of_their_own_row(walks, monkeypatch, model, l
         calls.append((result, rows, row_items))
         return result
 
-    trainer_avoid = trainer.avoid_row_items
-    monkeypatch.setattr(trainer, "avoid_row_items", spy)
+    trainer_avoid = loop.avoid_row_items
+    monkeypatch.setattr(loop, "avoid_row_items", spy)
     loss = LossConfig(name=loss_name, num_negatives=4, negatives_avoid_row=True)
     config = tiny_config(walks, model=model, dropout=0.0, loss=loss)
     # one length group: the loss then sees the targets in row order
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, length_groups=1))
     split = load_split(config.data)
-    loop = _Loop(config, split, build(config, split.num_items), distributed.Context())
-    generator = loop.begin_epoch(1)
+    model = build(config, split.num_items)
+    training = loop.TrainingLoop(config, split, model, distributed.Context())
+    generator = training.begin_epoch(1)
     positives = []
     original_compute = LossConfig.compute
 
@@ -270,7 +272,7 @@ def test_negatives_avoid_the_items_of_their_own_row(walks, monkeypatch, model, l
         return original_compute(self, hidden, targets, *args, **kwargs)
 
     monkeypatch.setattr(LossConfig, "compute", compute)
-    loop.train_step(np.arange(len(loop.examples)), generator)
+    training.train_step(np.arange(len(training.examples)), generator)
     ((negatives, rows, row_items),) = calls
     assert len(rows) == len(negatives) == sum(len(p) for p in positives)
     row_items = row_items.numpy()

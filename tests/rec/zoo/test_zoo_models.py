@@ -16,8 +16,8 @@ from zoo_helpers import (
     tiny_sequences,
 )
 
+from attnsvm.rec.data.batches import make_batch, make_examples
 from attnsvm.rec.models import catalogue
-from attnsvm.rec.train.objectives import make_batch, make_examples
 
 CAUSAL_CAPABLE = ("ssept", "actsr", "convformer", "matrrec")
 

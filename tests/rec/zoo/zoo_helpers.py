@@ -7,10 +7,10 @@ import contextlib
 import numpy as np
 import torch
 
+from attnsvm.rec.data.batches import make_batch, make_examples
 from attnsvm.rec.data.sequences import Sequences
 from attnsvm.rec.models import build_model
 from attnsvm.rec.nn.losses import full_ce_loss
-from attnsvm.rec.train.objectives import make_batch, make_examples
 
 NUM_ITEMS = 30
 MAX_LEN = 8

@@ -214,6 +214,18 @@ class SequentialRecommender(nn.Module):
         """Per layer (B, H, L, L) attention weights, from the explicit-matmul reference path."""
         return self(item_seq, return_attention=True).attention
 
+    def auxiliary_weights(self) -> dict[str, float]:
+        """The model's named auxiliary loss terms and their weights (from its config); the
+        trainer adds ``weight · term`` to the loss and never computes a term of weight 0."""
+        return {}
+
+    def auxiliary_losses(
+        self, names: list[str], item_seq: torch.Tensor, hidden: torch.Tensor, **extras
+    ) -> dict[str, torch.Tensor]:
+        """The unweighted terms ``names`` (scalars, batch means) for a training batch whose
+        ``forward(item_seq, **extras)`` gave ``hidden``."""
+        raise NotImplementedError(f"{type(self).__name__} defines no auxiliary loss {names}")
+
     def attack_parameters(self) -> list[nn.Parameter]:
         """Parameters trained adversarially (by ``adversarial_step``), none by default."""
         return []

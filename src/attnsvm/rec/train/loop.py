@@ -39,7 +39,7 @@ from attnsvm.rec.data.splits import Split
 from attnsvm.rec.models import SequentialRecommender
 from attnsvm.rec.train import distributed
 from attnsvm.rec.train.optim import OPTIMIZERS, adamw, warmup
-from attnsvm.rec.train.scoring import autocast, evaluate_model, subtask
+from attnsvm.rec.train.scoring import autocast, check_inputs_available, evaluate_model, subtask
 
 
 class TrainingError(RuntimeError):
@@ -77,6 +77,7 @@ class TrainingLoop:
         context: distributed.Context,
     ) -> None:
         self.config, self.split, self.context = config, split, context
+        check_inputs_available(model, split, config.data.dataset)
         self.model = model.to(context.device)
         self.loss = config.resolved_loss()
         self.examples: Examples = make_examples(split.train, model.objective)

@@ -56,32 +56,35 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build(config: RunConfig, split: Split) -> SequentialRecommender:
+def build(config: RunConfig, num_items: int, num_users: int = 0) -> SequentialRecommender:
     """The run's model, initialised from ``train.seed``, with ``data.max_len`` as its window;
-    a model with a user table (SSE-PT) gets one row per user unless the config sets
-    ``num_users``."""
+    a model with a user table (SSE-PT) gets ``num_users`` rows unless the config sets them."""
     overrides = dict(config.model.overrides)
     name = resolve(config.model.name)[0]
     has_users = "num_users" in {f.name for f in dataclasses.fields(MODELS[name].config_class)}
     if has_users and "num_users" not in overrides:
-        overrides["num_users"] = split.num_users
+        overrides["num_users"] = num_users
     if config.data.max_len is not None:
         overrides["max_len"] = config.data.max_len
     name, model_config, _ = resolve(config.model.name, **overrides)
     seed_everything(config.train.seed)
-    model = MODELS[name].model_class(split.num_items, model_config)
-    if "timestamps" in model.extra_inputs and split.train.times is None:
-        raise ValueError(
-            f"model {type(model).__name__} needs event timestamps and dataset "
-            f"{config.data.dataset!r} has none (use one with times, e.g. ml-100k, "
-            "ml-latest-small or yoochoose)"
-        )
-    if "ratings" in model.extra_inputs and split.train.ratings is None:
-        raise ValueError(
-            f"model {type(model).__name__} needs ratings and dataset {config.data.dataset!r} "
-            "has none (use one with ratings, e.g. ml-100k or ml-latest-small)"
-        )
-    return model
+    return MODELS[name].model_class(num_items, model_config)
+
+
+def check_inputs_available(model: SequentialRecommender, split: Split, dataset: str) -> None:
+    """Refuse, before any training, a model that reads timestamps or ratings the data lacks."""
+    columns = {"timestamps": split.train.times, "ratings": split.train.ratings}
+    for name in model.extra_inputs:
+        if name in columns and columns[name] is None:
+            example = (
+                "ml-100k, ml-latest-small or yoochoose"
+                if name == "timestamps"
+                else ("ml-100k or ml-latest-small")
+            )
+            raise ValueError(
+                f"model {type(model).__name__} needs event {name} and dataset {dataset!r} has "
+                f"none (use one with {name}, e.g. {example})"
+            )
 
 
 def subtask(task: EvalTask, rows: np.ndarray) -> EvalTask:

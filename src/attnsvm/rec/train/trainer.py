@@ -81,12 +81,12 @@ def _start(config: RunConfig, run_dir, resume: bool, context) -> tuple[TrainingL
         run = RunDirectory.for_resume(run_dir)
         config = load_config(run.work / "config.json")
         split = load_split(config.data)
-        loop = TrainingLoop(config, split, build(config, split), context)
+        loop = TrainingLoop(config, split, build(config, split.num_items, split.num_users), context)
         loop.restore(load_resume_state(run.work / RESUME))
         return loop, run
     validate(config)
     split = load_split(config.data)
-    model = build(config, split)
+    model = build(config, split.num_items, split.num_users)
     warm = None
     if config.train.init_from is not None:
         warm = init_from(model, config.train.init_from, split.item_ids, config.train.init_strict)

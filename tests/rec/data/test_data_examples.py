@@ -8,15 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnsvm.rec.data.samplers import avoid_row_items
+from attnsvm.rec.data.batches import NoTrainingData, make_batch, make_examples
+from attnsvm.rec.data.samplers import avoid_row_items, log_q, negative_sampler
 from attnsvm.rec.data.sequences import Sequences
-from attnsvm.rec.train.objectives import (
-    NoTrainingData,
-    log_q,
-    make_batch,
-    make_examples,
-    negative_sampler,
-)
 
 rows_strategy = st.lists(
     st.lists(st.integers(1, 9), min_size=0, max_size=12), min_size=1, max_size=8
