@@ -16,6 +16,13 @@ the alternative, each in the same run and process setting:
 
     .venv/bin/python benchmarks/train_step.py --threads 2 --repeats 20
 
+With ``--before REF`` it also times the trainer's whole step as ``train()`` runs it (SASRec+ on
+ML-1M, read from the run's ``log.jsonl``: training seconds over steps, evaluation excluded) at git
+commit ``REF`` and in this tree, in fresh processes taken in turn (A B A B …): a refactoring of
+the trainer must not slow its step.
+
+    .venv/bin/python benchmarks/train_step.py --threads 2 --repeats 20 --before cd21b93
+
 Medians over ``--repeats`` timed calls after 3 warm-up calls; inputs are random (the cost
 depends on the shapes, not the values). Run it on an otherwise idle machine.
 """
@@ -31,6 +38,8 @@ import time
 from collections.abc import Callable
 
 import torch
+
+from reference import run_snippet
 
 BATCH, WINDOW, DIM, ITEMS = 128, 200, 64, 3416
 
@@ -146,11 +155,57 @@ def time_memory_setting(threads: int, repeats: int) -> dict[str, float]:
     return results
 
 
+TRAINER_STEP = """
+import json, tempfile, torch
+from attnsvm.rec.config import RunConfig
+from attnsvm.rec.train.trainer import train
+torch.set_num_threads({threads})
+data = {{
+    "model": {{"name": "sasrec+"}},
+    "data": {{"dataset": "ml-1m", "root": {root!r}, "max_len": 200}},
+    "train": {{"epochs": 1, "steps_per_epoch": {steps}, "batch_size": 128, "seed": 0}},
+    "eval": {{"valid_users": 64}},
+}}
+with tempfile.TemporaryDirectory() as folder:
+    result = train(RunConfig.from_dict(data), folder + "/run", show_progress=False)
+    record = json.loads(open(str(result.run_dir) + "/log.jsonl").readline())
+    print(json.dumps({{"ms": 1000 * record["train_seconds"] / record["step"]}}))
+"""
+
+
+def time_trainer_step(before: str, threads: int, steps: int, rounds: int) -> dict[str, float]:
+    """ms per step of ``train()``'s own loop (SASRec+ on ML-1M, the K&V shapes), the package at
+    ``before`` against this tree, in fresh processes taken in turn (A B A B …); medians."""
+    import tempfile
+    from pathlib import Path
+
+    from reference import THIS_TREE, checkout
+
+    root = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+    code = TRAINER_STEP.format(threads=threads, root=str(root), steps=steps)
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory() as folder:
+        sources = {"before": checkout(before, Path(folder)), "after": THIS_TREE}
+        for _ in range(rounds):
+            for label, src in sources.items():
+                times[label].append(run_snippet(code, src)["ms"])
+    return {
+        f"trainer step at {before}": statistics.median(times["before"]),
+        "trainer step, this tree": statistics.median(times["after"]),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--step-worker", choices=["keep", "default"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--before",
+        help="also time train()'s step at this git commit against this tree (needs ML-1M)",
+    )
+    parser.add_argument("--steps", type=int, default=30, help="steps per --before run")
+    parser.add_argument("--rounds", type=int, default=3, help="A B rounds for --before")
     args = parser.parse_args(argv)
     if args.step_worker:
         ms = step_worker(args.step_worker == "keep", args.threads, args.repeats)
@@ -174,6 +229,14 @@ def main(argv: list[str] | None = None) -> int:
             "step, glibc defaults",
         ),
     ]
+    if args.before:
+        rows.append(
+            (
+                f"train() step, {args.steps} steps, {args.rounds} A B rounds",
+                time_trainer_step(args.before, args.threads, args.steps, args.rounds),
+                f"trainer step at {args.before}",
+            )
+        )
     print(f"torch {torch.__version__}, {args.threads} threads, median of {args.repeats}\n")
     print("| part | variant | ms | ratio to the alternative |")
     print("|---|---|---|---|")

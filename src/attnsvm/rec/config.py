@@ -18,26 +18,21 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import math
 import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from attnsvm._atomic import write_text
+from attnsvm.rec.config_base import ConfigError, coerce
 from attnsvm.rec.models import MODELS, LossConfig, resolve
-from attnsvm.rec.models.knn import BASELINES, baseline_fields, build_baseline
-from attnsvm.rec.models.registry import PRESETS
+from attnsvm.rec.models.knn import build_baseline
+from attnsvm.rec.models.registry import lookup, names
 
 SPLITS = ("leave-one-out", "temporal", "session")  # attnsvm.rec.data.splits has each one's rules
 UNSEEN_POLICIES = ("drop", "keep")
 OPTIMIZERS = ("adamw", "sam")  # "sam": AdamW inside sharpness-aware minimisation (train/sam.py)
-
-
-class ConfigError(ValueError):
-    """A bad configuration: names the key (and the file, when it came from one)."""
 
 
 @dataclass(frozen=True)
@@ -121,9 +116,9 @@ class RunConfig:
             raise ConfigError(f"{source}: 'model' must be a table with a 'name' key")
         name = model_table.pop("name", ModelChoice.name)
         _check_model_name(name, source)
-        hints = _model_hints(name)
+        hints = lookup(name).fields
         _check_keys(model_table, list(hints), f"{source}: model", prefix="model.")
-        overrides = {k: _coerce(v, hints[k], f"model.{k}", source) for k, v in model_table.items()}
+        overrides = {k: coerce(v, hints[k], f"model.{k}", source) for k, v in model_table.items()}
         sections: dict[str, Any] = {}
         for key, section_class in (
             ("data", DataConfig),
@@ -139,7 +134,7 @@ class RunConfig:
 
     def resolved_loss(self) -> LossConfig:
         """The loss that trains this run: the explicit one, else the preset's."""
-        if self.model.name in BASELINES:
+        if lookup(self.model.name).baseline:
             raise ConfigError(f"model {self.model.name!r} is a non-neural baseline: it has no loss")
         return self.loss if self.loss is not None else resolve(self.model.name)[2]
 
@@ -148,15 +143,8 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _model_hints(name: str) -> dict[str, Any]:
-    if name in BASELINES:
-        return baseline_fields(name)
-    model_name = PRESETS[name].model if name in PRESETS else name
-    return typing.get_type_hints(MODELS[model_name].config_class)
-
-
 def _check_model_name(name: Any, source: str) -> None:
-    known = sorted(set(MODELS) | set(PRESETS) | set(BASELINES))
+    known = names()
     if name not in known:
         raise ConfigError(f"{source}: unknown model {name!r}{_suggest(str(name), known)}")
 
@@ -182,80 +170,11 @@ def _section(section_class: type, data: Any, key: str, source: str) -> Any:
     hints = typing.get_type_hints(section_class)
     names = [f.name for f in dataclasses.fields(section_class)]
     _check_keys(data, names, source, prefix=f"{key}.")
-    values = {k: _coerce(v, hints[k], f"{key}.{k}", source) for k, v in data.items()}
+    values = {k: coerce(v, hints[k], f"{key}.{k}", source) for k, v in data.items()}
     try:
         return section_class(**values)
     except (TypeError, ValueError) as error:
         raise ConfigError(f"{source}: {key}: {error}") from None
-
-
-def _coerce(value: Any, hint: Any, key: str, source: str) -> Any:
-    """``value`` (a parsed TOML/JSON value or a ``--set`` string) as the type ``hint``."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        is_none = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
-        if is_none and type(None) in options:
-            return None
-        errors = []
-        for option in (o for o in options if o is not type(None)):
-            try:
-                return _coerce(value, option, key, source)
-            except ConfigError as error:
-                errors.append(str(error))
-        raise ConfigError(errors[0] if errors else f"{source}: {key} cannot be None")
-    if origin is tuple:
-        items = value
-        if isinstance(value, str):
-            text = value.strip().strip("[]()")
-            items = [part.strip() for part in text.split(",") if part.strip()]
-        if not isinstance(items, list | tuple):
-            raise ConfigError(f"{source}: {key} must be a list, got {value!r}")
-        args = typing.get_args(hint)
-        item_types = [args[0]] * len(items) if args[-1] is Ellipsis else list(args)
-        if len(item_types) != len(items):
-            raise ConfigError(f"{source}: {key} needs {len(item_types)} values, got {value!r}")
-        return tuple(_coerce(v, t, key, source) for v, t in zip(items, item_types, strict=True))
-    return _scalar(value, hint, key, source)
-
-
-def _scalar(value: Any, hint: Any, key: str, source: str) -> Any:
-    bad = ConfigError(f"{source}: {key} must be {getattr(hint, '__name__', hint)}, got {value!r}")
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise bad
-    if hint is int:
-        if isinstance(value, bool):
-            raise bad
-        if isinstance(value, int):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value.replace("_", ""))
-            except ValueError:
-                raise bad from None
-        raise bad
-    if hint is float:
-        if isinstance(value, bool):
-            raise bad
-        if isinstance(value, int | float):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                number = float(value)
-            except ValueError:
-                raise bad from None
-            if math.isfinite(number):
-                return number
-        raise bad
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise bad
-    raise ConfigError(f"{source}: {key} has an unsupported type {hint}")
 
 
 def validate(config: RunConfig, source: str = "config") -> None:
@@ -296,7 +215,7 @@ def validate(config: RunConfig, source: str = "config") -> None:
         raise ConfigError(f"{source}: eval.valid_metric cut-off {cutoff} is not in eval.ks")
     if eval_.sampled_sampler not in ("uniform", "popularity"):
         raise ConfigError(f"{source}: eval.sampled_sampler must be 'uniform' or 'popularity'")
-    if config.model.name in BASELINES:
+    if lookup(config.model.name).baseline:
         if config.loss is not None:
             raise ConfigError(f"{source}: model {config.model.name!r} is a baseline: no [loss]")
         try:
@@ -381,9 +300,9 @@ def to_toml(data: dict[str, Any]) -> str:
 def _defaults(table: str, values: dict[str, Any]) -> dict[str, Any]:
     classes = {"data": DataConfig, "loss": LossConfig, "train": TrainConfig, "eval": EvalConfig}
     if table == "model":
-        model_name = values["name"]
-        model_name = PRESETS[model_name].model if model_name in PRESETS else model_name
-        config_class = MODELS[model_name].config_class
+        if lookup(values["name"]).baseline:
+            return {}  # a baseline's settings have no None to write
+        config_class = MODELS[resolve(values["name"])[0]].config_class
     else:
         config_class = classes[table]
     return {

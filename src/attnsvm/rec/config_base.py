@@ -1,13 +1,18 @@
-"""``Config``: the frozen dataclass every model and loss config derives from.
+"""Typed settings: the ``Config`` base class and the coercion of written values to a type.
 
-It round-trips through plain dicts (``to_dict`` / ``from_dict``) and checks each field's type
-and range with an error that names the class and the field. A leaf of ``attnsvm.rec``: the
-network blocks (``nn.losses``) and the models both build on it.
+``Config`` is the frozen dataclass every model and loss config derives from. It round-trips
+through plain dicts (``to_dict`` / ``from_dict``) and checks each field's type and range with an
+error that names the class and the field. ``coerce`` turns a value parsed from TOML/JSON, or a
+``--set`` string, into a field's type, and raises ``ConfigError`` naming the key and its source.
+A leaf of ``attnsvm.rec``: the network blocks (``nn.losses``), the models and the run
+configuration (``rec/config.py``) all build on it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Self
@@ -59,3 +64,76 @@ def _check_type(owner: str, name: str, hint: Any, value: Any) -> None:
     if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
         names = " | ".join("None" if a is type(None) else a.__name__ for a in allowed)
         raise ValueError(f"{owner}.{name} must be {names}, got {type(value).__name__} {value!r}")
+
+
+class ConfigError(ValueError):
+    """A bad configuration: names the key (and the file, when it came from one)."""
+
+
+def coerce(value: Any, hint: Any, key: str, source: str) -> Any:
+    """``value`` (a parsed TOML/JSON value or a ``--set`` string) as the type ``hint``."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        is_none = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
+        if is_none and type(None) in options:
+            return None
+        errors = []
+        for option in (o for o in options if o is not type(None)):
+            try:
+                return coerce(value, option, key, source)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(errors[0] if errors else f"{source}: {key} cannot be None")
+    if origin is tuple:
+        items = value
+        if isinstance(value, str):
+            text = value.strip().strip("[]()")
+            items = [part.strip() for part in text.split(",") if part.strip()]
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{source}: {key} must be a list, got {value!r}")
+        args = typing.get_args(hint)
+        item_types = [args[0]] * len(items) if args[-1] is Ellipsis else list(args)
+        if len(item_types) != len(items):
+            raise ConfigError(f"{source}: {key} needs {len(item_types)} values, got {value!r}")
+        return tuple(coerce(v, t, key, source) for v, t in zip(items, item_types, strict=True))
+    return _scalar(value, hint, key, source)
+
+
+def _scalar(value: Any, hint: Any, key: str, source: str) -> Any:
+    bad = ConfigError(f"{source}: {key} must be {getattr(hint, '__name__', hint)}, got {value!r}")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise bad
+    if hint is int:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:
+                raise bad from None
+        raise bad
+    if hint is float:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                raise bad from None
+            if math.isfinite(number):
+                return number
+        raise bad
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise bad
+    raise ConfigError(f"{source}: {key} has an unsupported type {hint}")

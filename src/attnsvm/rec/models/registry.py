@@ -8,6 +8,7 @@ named like a model, such as ``sasrec``, is that model with its paper's loss).
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -17,7 +18,7 @@ from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.models.bert4rec import BERT4Rec, BERT4RecConfig
 from attnsvm.rec.models.bsarec import BSARec, BSARecConfig
 from attnsvm.rec.models.convformer import ConvFormer, ConvFormerConfig
-from attnsvm.rec.models.knn import BASELINES
+from attnsvm.rec.models.knn import BASELINES, baseline_fields
 from attnsvm.rec.models.matrrec import MaTrRec, MaTrRecConfig
 from attnsvm.rec.models.sasrec import SASRec, SASRecConfig
 from attnsvm.rec.models.ssept import SSEPT, SSEPTConfig
@@ -92,7 +93,7 @@ def _lookup(name: str) -> Preset:
         return PRESETS[name]
     if name in MODELS:
         return Preset(name, MODELS[name].description, LossConfig())
-    known = ", ".join(sorted(set(MODELS) | set(PRESETS)))
+    known = ", ".join(names())
     raise ValueError(f"unknown model {name!r} (known: {known})")
 
 
@@ -109,9 +110,35 @@ def build_model(name: str, num_items: int, **overrides: Any) -> SequentialRecomm
     return MODELS[model_name].model_class(num_items, config)
 
 
+@dataclass(frozen=True)
+class Entry:
+    """What a model name stands for: a model, a preset of one, or a non-neural baseline."""
+
+    name: str
+    kind: str  # "model" | "preset" | "baseline"
+    description: str
+    fields: dict[str, Any]  # the settings it takes, by name, with their types
+
+    @property
+    def baseline(self) -> bool:
+        return self.kind == "baseline"
+
+
+def names() -> list[str]:
+    """Every name ``lookup`` knows, sorted."""
+    return sorted(set(MODELS) | set(PRESETS) | set(BASELINES))
+
+
+def lookup(name: str) -> Entry:
+    """The one place that tells models, presets and baselines apart."""
+    if name in BASELINES:
+        return Entry(name, "baseline", BASELINES[name][1], baseline_fields(name))
+    preset = _lookup(name)  # a ValueError naming the known names for anything else
+    kind = "preset" if name in PRESETS else "model"
+    hints = typing.get_type_hints(MODELS[preset.model].config_class)
+    return Entry(name, kind, preset.description, hints)
+
+
 def catalogue() -> list[tuple[str, str]]:
-    """``(name, one-line description)`` of every model and preset, sorted by name."""
-    rows = {name: spec.description for name, spec in MODELS.items()}
-    rows.update({name: preset.description for name, preset in PRESETS.items()})
-    rows.update({name: description for name, (_, description) in BASELINES.items()})
-    return sorted(rows.items())
+    """``(name, one-line description)`` of every model, preset and baseline, sorted by name."""
+    return [(name, lookup(name).description) for name in names()]

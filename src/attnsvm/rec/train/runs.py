@@ -8,6 +8,7 @@ again (from ``config.data``) only to find a user's history.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,9 +23,9 @@ from attnsvm.rec.eval.ranking import EvalResult
 from attnsvm.rec.eval.sampled import sampled_evaluate
 from attnsvm.rec.models import MODELS, SequentialRecommender
 from attnsvm.rec.models.knn import Baseline
-from attnsvm.rec.train.baselines import evaluate_baseline, fit_baseline
+from attnsvm.rec.train.baselines import fit_baseline
 from attnsvm.rec.train.checkpoint import WEIGHTS, finished_run, load_weights
-from attnsvm.rec.train.scoring import evaluate_model, load_split, score_function
+from attnsvm.rec.train.scoring import evaluate_scores, load_split, score_function
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,12 @@ class LoadedRun:
     def baseline(self) -> bool:
         return not isinstance(self.model, SequentialRecommender)
 
-    @property
-    def max_len(self) -> int:
-        """The model's input window (a baseline reads the whole history)."""
-        return np.iinfo(np.int64).max if self.baseline else self.model.config.max_len
+    def scores(self, task: EvalTask) -> Callable[[np.ndarray], torch.Tensor]:
+        """``rows → (len(rows), num_items + 1)`` next-item scores of the run's model after each
+        row's history, exactly as the evaluator ranks them (a baseline scores its own way)."""
+        if self.baseline:
+            return self.model.score_function(task)
+        return score_function(self.model, task, torch.device("cpu"))
 
     def internal_items(self, external: list) -> np.ndarray:
         """Internal ids of external item ids (compared as text); unknown ids are an error."""
@@ -96,26 +99,19 @@ class RunOnSplit:
         return np.bincount(self.data.train.items, minlength=self.data.num_items + 1)
 
     def full_ranking(self) -> EvalResult:
-        run, data = self.run, self.data
-        if run.baseline:
-            return evaluate_baseline(run.model, data, run.config, self.split)
-        return evaluate_model(
-            run.model,
+        return evaluate_scores(
+            self.run.scores,
             self.task,
-            data.num_items,
-            run.config.eval,
+            self.data.num_items,
+            self.run.config.eval,
             popularity=self.popularity,
         )
 
     def sampled(self, n_negatives: int, sampler: str = "uniform") -> EvalResult:
         """The legacy sampled protocol (see :func:`sampled_evaluate_run`)."""
         run, task = self.run, self.task
-        if run.baseline:
-            score = run.model.score_function(task)
-        else:
-            score = score_function(run.model, task, torch.device("cpu"))
         return sampled_evaluate(
-            score,
+            run.scores(task),
             task,
             self.data.num_items,
             n_negatives,
@@ -179,17 +175,13 @@ def user_history(run: LoadedRun, user: object) -> UserHistory:
 
 
 def _next_item_scores(run: LoadedRun, internal: np.ndarray, known: UserHistory) -> torch.Tensor:
-    """``(num_items + 1,)`` scores of the item after ``internal`` (the user's internal items)."""
+    """``(num_items + 1,)`` scores of the item after ``internal`` (the user's internal items),
+    through the same scoring path as evaluation."""
     user = np.array([known.internal_user])
-    if run.baseline:
-        history = Sequences.from_lists([internal.tolist()], users=user)
-        nothing = Sequences.from_lists([[]], users=user)
-        task = EvalTask(user, history, nothing, nothing)
-        return run.model.score_function(task)(np.array([0]))[0]
-    window = torch.from_numpy(internal[-run.max_len :][None, :])
-    times = None if known.times is None else torch.from_numpy(known.times[-run.max_len :][None])
-    extras = run.model.extra_kwargs(users=torch.from_numpy(user), timestamps=times)
-    return run.model.score_last(window, **extras)[0]
+    offsets = np.array([0, internal.size])
+    history = Sequences(offsets, internal, user, known.times)
+    nothing = Sequences(np.zeros(2, dtype=np.int64), np.zeros(0, dtype=np.int64), user)
+    return run.scores(EvalTask(user, history, nothing, nothing))(np.array([0]))[0]
 
 
 def recommend(

@@ -28,7 +28,7 @@ from attnsvm._atomic import write_json
 from attnsvm.rec.config import RunConfig, load_config, validate
 from attnsvm.rec.eval.sampled import sampled_evaluate
 from attnsvm.rec.models import resolve
-from attnsvm.rec.models.knn import BASELINES
+from attnsvm.rec.models.registry import lookup
 from attnsvm.rec.train import distributed
 from attnsvm.rec.train.baselines import train_baseline
 from attnsvm.rec.train.callbacks import EpochState
@@ -63,7 +63,7 @@ def train(
 
     A non-neural baseline (``pop``, ``sknn``, ``vsknn``, ``vstan``) is fitted instead
     (:mod:`attnsvm.rec.train.baselines`)."""
-    if not resume and config.model.name in BASELINES:
+    if not resume and lookup(config.model.name).baseline:
         return train_baseline(config, run_dir)
     context = distributed.init_from_env()
     try:
