@@ -3,7 +3,7 @@
 Ours: ``attnsvm.theory.experiments`` at full size (batched closed-form GD, exact/accurate SVMs).
 Official: the notebooks' loop (an ``nn.Module`` copied from base.py / base_nonlinear.py, autograd,
 ``torch.optim.SGD`` with the normalised gradient, W stored every step) plus base.py's
-``W_svm_solver`` (:func:`attnsvm.theory.svm.solve_official_style`: one cvxpy constraint per pair,
+``W_svm_solver`` (:func:`attnsvm.theory._compat.solve_official_style`: one cvxpy constraint per pair,
 cvxpy's default solver). The official loop is timed on a sample of seeds / candidates / instances
 and extrapolated linearly to the full count (stated in the table); torch runs single-threaded in
 both (multi-threading tiny tensors is 10-40x slower on a busy machine, which would flatter us).
@@ -25,10 +25,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnsvm.theory._compat import solve_official_style
 from attnsvm.theory.experiments import EXPERIMENTS, run_experiment
 from attnsvm.theory.experiments import rank as rank_experiment
 from attnsvm.theory.instances import multi_token_instances, paper_instances
-from attnsvm.theory.svm import solve_official_style
 
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore")

@@ -17,7 +17,8 @@ import statistics
 
 import numpy as np
 
-from attnsvm.theory.svm import solve_frobenius, solve_nuclear, solve_official_style
+from attnsvm.theory._compat import solve_official_style
+from attnsvm.theory.svm import solve_frobenius, solve_nuclear
 
 # (n, T, d, run the official approach, run our nuclear solver)
 SIZES = [

@@ -1,4 +1,4 @@
-"""Att-SVM solvers against cvxpy references: KKT, infeasibility, SVM-equivalence (§2.2-§2.8)."""
+"""Att-SVM solvers against cvxpy references: KKT, infeasibility, the nuclear norm (§2.2-§2.4)."""
 
 import itertools
 import warnings
@@ -8,37 +8,20 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.theory.svm_instances import instances
 
-from attnsvm.theory import _mnp, _sdp, svm
+from attnsvm.theory import _frobenius, _mnp, _sdp
+from attnsvm.theory._compat import solve_official_style
 from attnsvm.theory.svm import (
     CLARABEL_ACCURATE,
     SVMResult,
     correlation,
-    equivalence_pairs,
     pair_indices,
     solve_frobenius,
     solve_frobenius_cvxpy,
     solve_nuclear,
-    solve_official_style,
-    solve_svm_equivalence,
 )
 from attnsvm.theory.tokens import margins, optimal_tokens, self_attention_queries, token_scores
-
-
-def _unit(a):
-    return a / np.linalg.norm(a, axis=-1, keepdims=True)
-
-
-def _instances(seed, count, n, T, d, *, cross=True):
-    """``count`` instances of the local_converge generator style, drawn in one vectorised call:
-    unit-norm Gaussian tokens, unit queries (or z_i = x_i0), alpha = opt."""
-    rng = np.random.default_rng(seed)
-    X = _unit(rng.standard_normal((count, n, T, d)))
-    Z = _unit(rng.standard_normal((count, n, d))) if cross else X[:, :, 0].copy()
-    v = _unit(rng.standard_normal((count, d)))
-    Y = np.where(rng.standard_normal((count, n)) > 0, 1.0, -1.0)
-    scores = Y[:, :, None] * np.einsum("cntd,cd->cnt", X, v)
-    return [(X[c], Z[c], scores[c].argmax(axis=1)) for c in range(count)]
 
 
 def _features(X, Z, alpha):
@@ -76,7 +59,7 @@ FEASIBLE_GRID = [
 @pytest.mark.parametrize(("n", "T", "d", "cross", "count"), FEASIBLE_GRID)
 def test_frobenius_satisfies_kkt_and_matches_cvxpy(n, T, d, cross, count):
     ranks = []
-    for X, Z, alpha in _instances(n * 1000 + T * 10 + d, count, n, T, d, cross=cross):
+    for X, Z, alpha in instances(n * 1000 + T * 10 + d, count, n, T, d, cross=cross):
         ours = solve_frobenius(X, Z, alpha)
         reference = solve_frobenius_cvxpy(X, Z, alpha)
         assert ours.status == reference.status == "optimal"
@@ -90,7 +73,7 @@ def test_frobenius_satisfies_kkt_and_matches_cvxpy(n, T, d, cross, count):
 
 
 def test_frobenius_support_is_the_active_set_and_row_space_lies_in_span_z():
-    X, Z, alpha = _instances(7, 1, 3, 6, 8)[0]
+    X, Z, alpha = instances(7, 1, 3, 6, 8)[0]
     result = solve_frobenius(X, Z, alpha)
     m = margins(X, Z, alpha, result.W)
     np.testing.assert_array_equal(result.support, m <= 1 + 1e-5)
@@ -127,7 +110,7 @@ def test_ties_are_infeasible_with_a_certificate():
 
 def test_d1_unit_tokens_are_always_infeasible():
     """theory.md §2.4: at d = 1 the svm_rank instances (n = 5, T = 5) are 100 % infeasible."""
-    for X, Z, alpha in _instances(11, 40, 5, 5, 1):
+    for X, Z, alpha in instances(11, 40, 5, 5, 1):
         _assert_certificate(solve_frobenius(X, Z, alpha), X, Z, alpha)
 
 
@@ -141,7 +124,7 @@ def test_d1_unit_tokens_are_always_infeasible():
 )
 def test_status_agrees_with_cvxpy_in_the_underparameterised_regime(seed, n, T, d, cross):
     """n > d: feasibility is a coin toss (§2.4 table); the decision must agree with Clarabel."""
-    X, Z, alpha = _instances(seed, 1, n, T, d, cross=cross)[0]
+    X, Z, alpha = instances(seed, 1, n, T, d, cross=cross)[0]
     ours = solve_frobenius(X, Z, alpha)
     reference = solve_frobenius_cvxpy(X, Z, alpha)
     assert ours.status == reference.status
@@ -161,7 +144,7 @@ NUCLEAR_GRID = [(3, 4, 5, True, 12), (5, 5, 6, True, 10), (4, 3, 6, False, 8), (
 @pytest.mark.parametrize(("n", "T", "d", "cross", "count"), NUCLEAR_GRID)
 def test_nuclear_matches_the_full_clarabel_sdp(n, T, d, cross, count):
     checked = 0
-    for X, Z, alpha in _instances(n * 100 + T + d, count, n, T, d, cross=cross):
+    for X, Z, alpha in instances(n * 100 + T + d, count, n, T, d, cross=cross):
         frobenius = solve_frobenius(X, Z, alpha)
         if frobenius.status != "optimal":  # n > d cells may be infeasible
             assert solve_nuclear(X, Z, alpha).status == "infeasible"
@@ -182,7 +165,7 @@ def test_nuclear_matches_the_full_clarabel_sdp(n, T, d, cross, count):
 
 
 def test_nuclear_reduction_and_the_cvxpy_path_keep_the_objective():
-    X, Z, alpha = _instances(5, 1, 3, 6, 9)[0]
+    X, Z, alpha = instances(5, 1, 3, 6, 9)[0]
     reduced, full = solve_nuclear(X, Z, alpha), solve_nuclear(X, Z, alpha, reduce=False)
     assert reduced.info["sdp_size"] == 3 + 9 < full.info["sdp_size"] == 18
     assert reduced.objective == pytest.approx(full.objective, rel=1e-8)
@@ -235,7 +218,7 @@ def test_least_distance_fallback_finishes_a_stalled_min_norm_point(monkeypatch):
     solve on its corral refused, so the margins fall short of 1 and the least-distance NNLS
     fallback must give the exact solution."""
     X, Z, alpha = next(itertools.islice(_lens_like_stream(0), 75, None))
-    min_norm_point, polish = _mnp.min_norm_point, svm._polish
+    min_norm_point, polish = _mnp.min_norm_point, _frobenius._polish
 
     def stalled(kernel, tol):
         result = min_norm_point(kernel, tol=tol)
@@ -249,7 +232,7 @@ def test_least_distance_fallback_finishes_a_stalled_min_norm_point(monkeypatch):
         calls.append(rows)
         return None if len(calls) == 1 else polish(kernel, rows)
 
-    monkeypatch.setattr(svm, "_polish", refuse_first_polish)
+    monkeypatch.setattr(_frobenius, "_polish", refuse_first_polish)
     ours = solve_frobenius(X, Z, alpha)
     assert ours.info.get("fallback") == "least-distance NNLS"
     _assert_exact_frobenius(X, Z, alpha, ours)
@@ -258,7 +241,7 @@ def test_least_distance_fallback_finishes_a_stalled_min_norm_point(monkeypatch):
 def test_nuclear_interior_point_stall_falls_back_to_clarabel(monkeypatch):
     """A Cholesky failure inside the interior point (iterates that lost definiteness in floating
     point) must end in Clarabel's accurate solve, never in a LinAlgError."""
-    X, Z, alpha = _instances(11, 1, 4, 5, 6)[0]
+    X, Z, alpha = instances(11, 1, 4, 5, 6)[0]
     reference = solve_nuclear(X, Z, alpha)
     assert "cvxpy_solver" not in reference.info
 
@@ -273,7 +256,7 @@ def test_nuclear_interior_point_stall_falls_back_to_clarabel(monkeypatch):
 
 
 def test_official_style_frobenius_agrees():
-    X, Z, alpha = _instances(3, 1, 4, 5, 6)[0]
+    X, Z, alpha = instances(3, 1, 4, 5, 6)[0]
     official = solve_official_style(X, Z, alpha, fro=True)
     ours = solve_frobenius(X, Z, alpha)
     assert official.solver == "official-CLARABEL"
@@ -307,109 +290,8 @@ def test_bad_input_raises_a_value_error_naming_the_argument(solver, args, name):
         solver(*args)
 
 
-# ------------------------------------------------------------------------------------------
-# SVM-equivalence (theory.md §2.8)
-
-
-def _equivalence_reference(X, Z, probs, W_gd, O):
-    """base_nonlinear.py's two problems, vectorised, in cvxpy with accurate Clarabel."""
-    d = X.shape[2]
-    (i, t, tau), (eq_i, eq_t, eq_ref) = equivalence_pairs(O)
-    ineq = np.einsum("kd,ke->kde", X[i, t] - X[i, tau], Z[i]).reshape(len(i), d * d)
-    eq = np.einsum("kd,ke->kde", X[eq_i, eq_t] - X[eq_i, eq_ref], Z[eq_i]).reshape(len(eq_i), d * d)
-    W = cp.Variable(d * d)
-    constraints = [ineq @ W >= 1] + ([eq @ W == 0] if len(eq_i) else [])
-    cp.Problem(cp.Minimize(cp.sum_squares(W)), constraints).solve(
-        solver="CLARABEL", **CLARABEL_ACCURATE
-    )
-    if W.value is None:
-        return None, None
-    log_ratio = np.log(probs[eq_i, eq_t] / probs[eq_i, eq_ref])
-    W_fin = (np.linalg.pinv(eq) @ log_ratio if len(eq_i) else np.zeros(d * d)).reshape(d, d)
-    return W.value.reshape(d, d), W_fin
-
-
-def _softmax_instance(seed, n, T, d, scale):
-    """Probabilities of a random W: a few tokens keep mass, the others are masked."""
-    rng = np.random.default_rng(seed)
-    X, Z = _unit(rng.standard_normal((n, T, d))), _unit(rng.standard_normal((n, d)))
-    W_gd = scale * rng.standard_normal((d, d))
-    logits = np.einsum("itd,id->it", X, Z @ W_gd.T)
-    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return X, Z, probs / probs.sum(axis=1, keepdims=True), W_gd
-
-
-@settings(max_examples=30)
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    n=st.integers(1, 4),
-    T=st.integers(2, 6),
-    d=st.integers(4, 10),
-    scale=st.floats(2.0, 20.0),
-)
-def test_svm_equivalence_matches_the_cvxpy_reference(seed, n, T, d, scale):
-    X, Z, probs, W_gd = _softmax_instance(seed, n, T, d, scale)
-    O = probs >= 1e-3
-    if O.all():
-        with pytest.raises(ValueError, match=r"^probs:"):
-            solve_svm_equivalence(X, Z, probs, W_gd)
-        return
-    result = solve_svm_equivalence(X, Z, probs, W_gd)
-    np.testing.assert_array_equal(result.O, O)
-    W_dir, W_fin = _equivalence_reference(X, Z, probs, W_gd, O)
-    assert result.status == ("optimal" if W_dir is not None else "infeasible")
-    if W_dir is None:
-        return
-    assert np.linalg.norm(result.W_dir - W_dir) <= 1e-6 * np.linalg.norm(W_dir)
-    np.testing.assert_allclose(result.W_fin, W_fin, atol=1e-8 * (1 + np.abs(W_fin).max()))
-    assert abs(np.sum(result.W_fin * result.W_dir)) <= 1e-8 * np.linalg.norm(result.W_dir) * (
-        1 + np.linalg.norm(result.W_fin)
-    )
-    R = np.sum((W_gd - result.W_fin) * result.W_dir) / np.sum(result.W_dir**2)
-    assert pytest.approx(R, rel=1e-12) == result.R
-    np.testing.assert_allclose(result.W_eq, result.W_fin + result.R * result.W_dir)
-    assert max(result.direction.kkt.values()) <= 1e-8
-
-
-def test_svm_equivalence_with_single_selections_is_the_att_svm():
-    X, Z, alpha = _instances(2, 1, 3, 5, 6)[0]
-    probs = np.full((3, 5), 1e-9)
-    probs[np.arange(3), alpha] = 1.0
-    W_gd = np.eye(6)
-    result = solve_svm_equivalence(X, Z, probs, W_gd)
-    np.testing.assert_allclose(result.W_dir, solve_frobenius(X, Z, alpha).W, rtol=1e-9, atol=1e-12)
-    np.testing.assert_array_equal(result.W_fin, 0.0)
-    assert pytest.approx(np.sum(W_gd * result.W_dir) / np.sum(result.W_dir**2)) == result.R
-
-
-def test_svm_equivalence_reports_infeasible_instead_of_raising():
-    # d = 1: sequence 0 needs 2w >= 1, sequence 1 (mirrored tokens) needs -2w >= 1
-    X = np.array([[[1.0], [1.0], [-1.0]], [[1.0], [-1.0], [-1.0]]])
-    probs = np.array([[0.5, 0.5 - 1e-9, 1e-9], [1e-9, 0.5, 0.5 - 1e-9]])
-    result = solve_svm_equivalence(X, np.ones((2, 1)), probs, np.eye(1))
-    assert result.status == "infeasible" and result.W_eq is None
-    assert result.direction.certificate.sum() == pytest.approx(1.0)
-
-
-def test_svm_equivalence_equalities_spanning_everything_are_infeasible():
-    """n = 4, d = 4: 18 equalities span all of R^{4x4}, so W = 0 and no margin can hold."""
-    X, Z, probs, W_gd = _softmax_instance(0, 4, 6, 4, 3.0)
-    assert solve_svm_equivalence(X, Z, probs, W_gd).status == "infeasible"
-    assert _equivalence_reference(X, Z, probs, W_gd, probs >= 1e-3)[0] is None
-
-
-def test_svm_equivalence_rejects_bad_probabilities():
-    X, Z, _ = _instances(2, 1, 2, 3, 4)[0]
-    with pytest.raises(ValueError, match=r"^probs:"):
-        solve_svm_equivalence(X, Z, np.full((2, 3), 1 / 3), np.eye(4))
-    with pytest.raises(ValueError, match=r"^probs:"):
-        solve_svm_equivalence(X, Z, np.full((2, 4), 1 / 4), np.eye(4))
-    with pytest.raises(ValueError, match=r"^W_gd:"):
-        solve_svm_equivalence(X, Z, np.eye(2, 3), np.eye(3))
-
-
 def test_self_attention_queries_work_with_the_solvers():
-    X, _, alpha = _instances(4, 1, 4, 5, 6)[0]
+    X, _, alpha = instances(4, 1, 4, 5, 6)[0]
     Z = self_attention_queries(X, 0)
     ours, reference = solve_frobenius(X, Z, alpha), solve_frobenius_cvxpy(X, Z, alpha)
     assert np.linalg.norm(ours.W - reference.W) <= 1e-6 * np.linalg.norm(reference.W)

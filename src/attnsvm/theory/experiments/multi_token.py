@@ -15,9 +15,10 @@ import numpy as np
 
 from attnsvm.theory.attention import AttentionProblem
 from attnsvm.theory.dynamics import default_init, train
+from attnsvm.theory.equivalence import solve_svm_equivalence
 from attnsvm.theory.experiments._result import ExperimentResult, quantiles
 from attnsvm.theory.instances import multi_token_instances
-from attnsvm.theory.svm import correlation, solve_frobenius, solve_svm_equivalence
+from attnsvm.theory.svm import correlation, solve_frobenius
 
 DIMENSIONS = (4, 6, 8, 10)
 THRESHOLD_LOW, THRESHOLD_HIGH = 1e-6, 1e-3  # THRED_L, THRED_H of the notebook

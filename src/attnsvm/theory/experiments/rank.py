@@ -13,10 +13,11 @@ import time
 
 import numpy as np
 
+from attnsvm.theory._compat import solve_official_style
 from attnsvm.theory.experiments._result import ExperimentResult
 from attnsvm.theory.experiments._svms import nuclear
 from attnsvm.theory.instances import paper_instances
-from attnsvm.theory.svm import solve_frobenius, solve_official_style
+from attnsvm.theory.svm import solve_frobenius
 
 DIMENSIONS = (1, 2, 3, 4, 5, 10, 15, 20)
 #: The notebook's (n, T) cells: n in {5, 10, 15} at T = 5, and T in {10, 15} at n = 5.
