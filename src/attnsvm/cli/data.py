@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from attnsvm.rec.data import datasets
+from attnsvm.rec.data import catalog, datasets
 from attnsvm.rec.data.errors import DataFormatError
 
 app = typer.Typer(
@@ -30,7 +30,7 @@ def _fail(error: Exception) -> typer.Exit:
 @app.command("list")
 def list_datasets() -> None:
     """List the registered datasets with their preprocessing, source and cache state."""
-    for spec in datasets.DATASETS.values():
+    for spec in catalog.DATASETS.values():
         prepared = "prepared" if datasets.prepared_path(spec.name).exists() else "not prepared"
         source = (
             "built in"

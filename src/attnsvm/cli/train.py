@@ -18,7 +18,7 @@ from rich.table import Table
 
 from attnsvm.rec.config import ConfigError, ModelChoice, RunConfig, apply_overrides, load_config
 from attnsvm.rec.data.batches import NoTrainingData
-from attnsvm.rec.data.datasets import DATASETS
+from attnsvm.rec.data.catalog import DATASETS
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.train.checkpoint import RunDirError
 from attnsvm.rec.train.loop import TrainingError

@@ -9,8 +9,9 @@ from functools import partial
 
 import pytest
 
-from attnsvm.rec.data import datasets
-from attnsvm.rec.data.datasets import DatasetSpec, SourceFile, load_dataset
+from attnsvm.rec.data import catalog, datasets
+from attnsvm.rec.data.catalog import DatasetSpec, SourceFile
+from attnsvm.rec.data.datasets import load_dataset
 from attnsvm.rec.data.errors import ChecksumError, DataFormatError
 from attnsvm.rec.data.readers import read_pairs
 
@@ -56,7 +57,7 @@ def test_unprepared_dataset_says_how_to_prepare(tmp_path):
 
 
 def test_synthetic_is_registered_and_built_in(tmp_path):
-    assert "synthetic" in datasets.DATASETS
+    assert "synthetic" in catalog.DATASETS
     data = load_dataset("synthetic")
     assert (data.num_users, data.num_items, len(data)) == (2000, 300, 40_000)
     stored = datasets.download("synthetic", tmp_path, progress=False)
@@ -81,7 +82,7 @@ def toy_spec(monkeypatch):
             url=url,
             checksum=checksum,
         )
-        monkeypatch.setitem(datasets.DATASETS, "toy", spec)
+        monkeypatch.setitem(catalog.DATASETS, "toy", spec)
 
     return register
 
@@ -158,8 +159,8 @@ def test_download_of_a_missing_file_is_a_clear_error(tmp_path, http_root, toy_sp
 
 def test_unknown_name_lists_the_registry():
     with pytest.raises(KeyError, match="ml-1m"):
-        datasets.spec("ml-2m")
-    assert set(datasets.DATASETS) >= {
+        catalog.spec("ml-2m")
+    assert set(catalog.DATASETS) >= {
         "ml-1m",
         "ml-100k",
         "ml-latest-small",

@@ -3,8 +3,8 @@ never a library traceback, and preparing it leaves nothing in the cache."""
 
 import pytest
 
-from attnsvm.rec.data import datasets, readers
-from attnsvm.rec.data.datasets import DatasetSpec, SourceFile
+from attnsvm.rec.data import catalog, datasets, readers
+from attnsvm.rec.data.catalog import DatasetSpec, SourceFile
 from attnsvm.rec.data.errors import DataFormatError
 
 
@@ -226,7 +226,7 @@ def corpus_spec(monkeypatch):
             preprocess=lambda d: d,
             preprocessing="none",
         )
-        monkeypatch.setitem(datasets.DATASETS, "corpus", spec)
+        monkeypatch.setitem(catalog.DATASETS, "corpus", spec)
 
     return register
 

@@ -16,211 +16,56 @@ Formats:
   ``read_session_tsv``  session-rec TSV with header ``SessionId ItemId Time``
   ``read_session_lines``  one session per line, ``item1 item2 ...`` (SR-GNN derived text)
   ``read_table``  any CSV/TSV/Parquet with a column mapping
-No reader unpickles anything.
+  ``read_auto``  picks one of the above from the file name and first line
+No reader unpickles anything. The shared parsing (decoding, splitting, typed columns with
+line-numbered errors) is ``_parse``'s; this module only knows the layouts.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from attnsvm._atomic import write_text
+from attnsvm.rec.data._parse import (
+    Origin,
+    fast_columns,
+    file_bytes,
+    file_text,
+    floats,
+    from_mapped,
+    header_index,
+    integers,
+    split_lines,
+    transpose,
+)
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.interactions import Interactions
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-# -- bytes → text → rows -------------------------------------------------------------------
-
-
-def _bytes(path: str | Path, data: bytes | None) -> bytes:
-    """The file's bytes (``data`` when given); an empty file is an error."""
-    if data is None:
-        try:
-            data = Path(path).read_bytes()
-        except FileNotFoundError:
-            raise DataFormatError(path, "no such file") from None
-        except IsADirectoryError:
-            raise DataFormatError(path, "is a directory, not a file") from None
-        except OSError as error:
-            raise DataFormatError(path, f"cannot be read ({error.strerror})") from None
-    if not data.strip():
-        raise DataFormatError(path, "is empty")
-    return data
-
-
-def _text(path: str | Path, data: bytes | None) -> str:
-    """The file decoded as strict UTF-8 (BOM and CRLF tolerated)."""
-    data = _bytes(path, data)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
-        raise DataFormatError(
-            path, f"is not valid UTF-8 (byte 0x{data[error.start]:02x} at column {column})", line
-        ) from None
-    return text.removeprefix("\ufeff").replace("\r\n", "\n")
-
-
-def _fast_columns(data: bytes, sep: str, schema: dict, skip: int) -> list[np.ndarray] | None:
-    """Clean files parse in polars' native reader. Anything it doubts (an exception, a null, a
-    non-finite number, a CR or BOM, no rows) returns None, and the caller reads line by line,
-    which names the first bad line: the fast path never decides an error itself."""
-    if b"\r" in data or data.startswith(b"\xef\xbb\xbf"):
-        return None
-    if len(sep) > 1:  # polars takes one-byte separators: '::' becomes the unit separator
-        if b"\x1f" in data:
-            return None
-        data, sep = data.replace(sep.encode(), b"\x1f"), "\x1f"
-    try:
-        frame = pl.read_csv(
-            io.BytesIO(data),
-            separator=sep,
-            has_header=False,
-            skip_rows=skip,
-            schema=schema,
-            quote_char=None,
-        )
-    except Exception:  # any parse problem: the line-by-line reader reports it precisely
-        return None
-    if frame.height == 0 or frame.null_count().sum_horizontal().item():
-        return None
-    columns = [frame.get_column(name).to_numpy() for name in schema]
-    if any(c.dtype.kind == "f" and not np.isfinite(c).all() for c in columns):
-        return None
-    return columns
-
-
-def _split(
-    text: str, path: str | Path, sep: str | None, width: int | None, skip: int = 0
-) -> tuple[list[list[str]], np.ndarray]:
-    """Non-blank lines (after ``skip`` header lines) split on ``sep`` (None: any whitespace).
-
-    Returns the field lists and each one's 1-based line number. With ``width`` every line must
-    have exactly that many fields.
-    """
-    rows, numbers = [], []
-    for index, line in enumerate(text.split("\n")[skip:], start=skip + 1):
-        if not line.strip():
-            continue
-        fields = line.split(sep)
-        if width is not None and len(fields) != width:
-            shown = "whitespace" if sep is None else repr(sep)
-            raise DataFormatError(
-                path, f"expected {width} fields separated by {shown}, found {len(fields)}", index
-            )
-        rows.append(fields)
-        numbers.append(index)
-    if not rows:
-        raise DataFormatError(path, "has no data lines")
-    return rows, np.asarray(numbers, dtype=np.int64)
-
-
-def _header_hint(line: int) -> str:
-    return " (line 1 looks like a header; this format has none)" if line == 1 else ""
-
-
-def _integers(
-    tokens: Sequence[str],
-    path: str | Path,
-    what: str,
-    line_of: Callable[[int], int],
-    header_hint: bool = True,
-) -> np.ndarray:
-    """Tokens as int64; on failure, name the first bad token and its line."""
-    try:
-        return np.array(tokens, dtype=np.int64)
-    except (ValueError, OverflowError):
-        pass
-    values = []
-    for index, token in enumerate(tokens):
-        try:
-            value = int(token)
-            ok = _INT64_MIN <= value <= _INT64_MAX
-        except ValueError:
-            ok = False
-        if not ok:
-            line = line_of(index)
-            hint = _header_hint(line) if header_hint else ""
-            raise DataFormatError(path, f"{what} {token.strip()!r} is not an integer{hint}", line)
-        values.append(value)
-    return np.array(values, dtype=np.int64)
-
-
-def _floats(
-    tokens: Sequence[str],
-    path: str | Path,
-    what: str,
-    line_of: Callable[[int], int],
-    header_hint: bool = True,
-) -> np.ndarray:
-    """Tokens as finite float64; on failure, name the first bad token and its line."""
-    try:
-        values = np.array(tokens, dtype=np.float64)
-    except ValueError:
-        parsed = []
-        for index, token in enumerate(tokens):
-            try:
-                parsed.append(float(token))
-            except ValueError:
-                line = line_of(index)
-                hint = _header_hint(line) if header_hint else ""
-                raise DataFormatError(
-                    path, f"{what} {token.strip()!r} is not a number{hint}", line
-                ) from None
-        values = np.array(parsed, dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        index = int(bad[0])
-        raise DataFormatError(
-            path, f"{what} {tokens[index].strip()!r} is not finite", line_of(index)
-        )
-    return values
-
-
-def _tokens(tokens: Sequence[str]) -> np.ndarray:
-    """Free-form id tokens (RecBole ``:token``, generic tables): int64 when all are integers."""
-    try:
-        return np.array(tokens, dtype=np.int64)
-    except (ValueError, OverflowError):
-        return np.array([t.strip() for t in tokens], dtype=str)
-
-
-def _columns(rows: list[list[str]]) -> list[tuple[str, ...]]:
-    return list(zip(*rows, strict=True))
-
-
-def _rowwise(numbers: np.ndarray) -> Callable[[int], int]:
-    return lambda index: int(numbers[index])
-
 
 # -- MovieLens ------------------------------------------------------------------------------
 
 
 def _rating_table(path: str | Path, data: bytes | None, sep: str, skip: int) -> Interactions:
     """``user sep item sep rating sep timestamp`` rows (the three MovieLens layouts)."""
-    data = _bytes(path, data)
-    text = _text(path, data)
+    data = file_bytes(path, data)
+    text = file_text(path, data)
     schema = {"user": pl.Int64, "item": pl.Int64, "rating": pl.Float64, "timestamp": pl.Float64}
-    fast = _fast_columns(data, sep, schema, skip)
+    fast = fast_columns(data, sep, schema, skip)
     if fast is not None:
         user, item, rating, timestamp = fast
         return Interactions.from_columns(user, item, timestamp, rating, source=str(path))
-    rows, numbers = _split(text, path, sep, 4, skip=skip)
-    user, item, rating, timestamp = _columns(rows)
-    line_of = _rowwise(numbers)
-    hint = skip == 0
+    rows, numbers = split_lines(text, path, sep, 4, skip=skip)
+    user, item, rating, timestamp = transpose(rows)
+    # the CSV layout has a header: a bad line 1 there is no stray header to point out
+    origin = Origin.per_row(path, numbers, header_hint=skip == 0)
     return Interactions.from_columns(
-        user=_integers(user, path, "user id", line_of, hint),
-        item=_integers(item, path, "item id", line_of, hint),
-        rating=_floats(rating, path, "rating", line_of, hint),
-        timestamp=_floats(timestamp, path, "timestamp", line_of, hint),
+        user=integers(user, "user id", origin),
+        item=integers(item, "item id", origin),
+        rating=floats(rating, "rating", origin),
+        timestamp=floats(timestamp, "timestamp", origin),
         source=str(path),
     )
 
@@ -237,8 +82,8 @@ def read_movielens_udata(path: str | Path, data: bytes | None = None) -> Interac
 
 def read_movielens_csv(path: str | Path, data: bytes | None = None) -> Interactions:
     """ML-latest / ML-20M ``ratings.csv``: header ``userId,movieId,rating,timestamp``."""
-    data = _bytes(path, data)
-    header = _text(path, data).split("\n", 1)[0].strip()
+    data = file_bytes(path, data)
+    header = file_text(path, data).split("\n", 1)[0].strip()
     if header != "userId,movieId,rating,timestamp":
         raise DataFormatError(
             path, f"expected the header 'userId,movieId,rating,timestamp', found {header!r}", 1
@@ -251,7 +96,7 @@ def read_movielens_csv(path: str | Path, data: bytes | None = None) -> Interacti
 
 def read_per_user(path: str | Path, data: bytes | None = None) -> Interactions:
     """``user item1 item2 ...`` per line (whitespace-separated), items in time order."""
-    text = _text(path, data)
+    text = file_text(path, data)
     lines = text.split("\n")
     users, lengths, numbers, items = [], [], [], []
     for index, line in enumerate(lines, start=1):
@@ -269,14 +114,8 @@ def read_per_user(path: str | Path, data: bytes | None = None) -> Interactions:
     if not users:
         raise DataFormatError(path, "has no data lines")
     numbers_arr = np.asarray(numbers, dtype=np.int64)
-    ends = np.cumsum(lengths)
-    user = _integers(users, path, "user id", _rowwise(numbers_arr))
-    item = _integers(
-        items,
-        path,
-        "item id",
-        lambda k: int(numbers_arr[np.searchsorted(ends, k, side="right")]),
-    )
+    user = integers(users, "user id", Origin.per_row(path, numbers_arr))
+    item = integers(items, "item id", Origin.per_span(path, numbers_arr, lengths))
     unique, first, counts = np.unique(user, return_index=True, return_counts=True)
     if np.any(counts > 1):
         again = int(np.flatnonzero(counts > 1)[0])
@@ -309,30 +148,27 @@ def write_per_user(data: Interactions, path: str | Path) -> Path:
 
 def read_pairs(path: str | Path, data: bytes | None = None) -> Interactions:
     """``user item`` per line (whitespace-separated), in time order within each user."""
-    data = _bytes(path, data)
-    text = _text(path, data)
-    fast = _fast_columns(data, " ", {"user": pl.Int64, "item": pl.Int64}, 0)
+    data = file_bytes(path, data)
+    text = file_text(path, data)
+    fast = fast_columns(data, " ", {"user": pl.Int64, "item": pl.Int64}, 0)
     if fast is not None:
         return Interactions.from_columns(*fast, source=str(path))
-    rows, numbers = _split(text, path, None, 2)
-    user, item = _columns(rows)
-    line_of = _rowwise(numbers)
+    rows, numbers = split_lines(text, path, None, 2)
+    user, item = transpose(rows)
+    origin = Origin.per_row(path, numbers)
     return Interactions.from_columns(
-        _integers(user, path, "user id", line_of),
-        _integers(item, path, "item id", line_of),
+        integers(user, "user id", origin),
+        integers(item, "item id", origin),
         source=str(path),
     )
 
 
 def read_session_lines(path: str | Path, data: bytes | None = None) -> Interactions:
     """One session per line, ``item1 item2 ...``; session ids are the 1-based data-line count."""
-    rows, numbers = _split(_text(path, data), path, None, None)
+    rows, numbers = split_lines(file_text(path, data), path, None, None)
     lengths = np.array([len(r) for r in rows], dtype=np.int64)
-    ends = np.cumsum(lengths)
     items = [token for row in rows for token in row]
-    item = _integers(
-        items, path, "item id", lambda k: int(numbers[np.searchsorted(ends, k, side="right")])
-    )
+    item = integers(items, "item id", Origin.per_span(path, numbers, lengths))
     session = np.repeat(np.arange(1, len(rows) + 1), lengths)
     return Interactions.from_columns(session, item, source=str(path))
 
@@ -340,60 +176,16 @@ def read_session_lines(path: str | Path, data: bytes | None = None) -> Interacti
 # -- header-driven tables -------------------------------------------------------------------
 
 
-def _header_index(path: str | Path, header: list[str], wanted: dict[str, str | None]) -> dict:
-    """Column index of each wanted role (role → header name); a clear error if one is missing."""
-    index = {}
-    for role, name in wanted.items():
-        if name is None:
-            continue
-        if name not in header:
-            raise DataFormatError(
-                path, f"has no {role} column {name!r} (header: {', '.join(header)})", 1
-            )
-        index[role] = header.index(name)
-    return index
-
-
-def _from_mapped(
-    path: str | Path,
-    rows: list[list[str]],
-    numbers: np.ndarray,
-    index: dict[str, int],
-    numeric_ids: bool,
-) -> Interactions:
-    columns = _columns(rows)
-    line_of = _rowwise(numbers)
-
-    def ids(role: str) -> np.ndarray:
-        tokens = columns[index[role]]
-        if numeric_ids:
-            return _integers(tokens, path, f"{role} id", line_of, header_hint=False)
-        return _tokens(tokens)
-
-    def numbers_of(role: str) -> np.ndarray | None:
-        if role not in index:
-            return None
-        return _floats(columns[index[role]], path, role, line_of, header_hint=False)
-
-    return Interactions.from_columns(
-        ids("user"),
-        ids("item"),
-        timestamp=numbers_of("timestamp"),
-        rating=numbers_of("rating"),
-        source=str(path),
-    )
-
-
 def read_session_tsv(path: str | Path, data: bytes | None = None) -> Interactions:
     """session-rec TSV: tab-separated, header naming ``SessionId``, ``ItemId`` and ``Time``."""
-    text = _text(path, data)
+    text = file_text(path, data)
     header = [h.strip() for h in text.split("\n", 1)[0].split("\t")]
-    index = _header_index(
+    index = header_index(
         path, header, {"session": "SessionId", "item": "ItemId", "timestamp": "Time"}
     )
-    rows, numbers = _split(text, path, "\t", len(header), skip=1)
+    rows, numbers = split_lines(text, path, "\t", len(header), skip=1)
     index["user"] = index.pop("session")
-    return _from_mapped(path, rows, numbers, index, numeric_ids=True)
+    return from_mapped(path, rows, numbers, index, numeric_ids=True)
 
 
 def read_recbole_inter(
@@ -409,7 +201,7 @@ def read_recbole_inter(
 
     The time and rating fields are optional (used when present).
     """
-    text = _text(path, data)
+    text = file_text(path, data)
     header_line = text.split("\n", 1)[0]
     names = []
     for field in header_line.split("\t"):
@@ -428,9 +220,9 @@ def read_recbole_inter(
         "timestamp": time_field if time_field in names else None,
         "rating": rating_field if rating_field in names else None,
     }
-    index = _header_index(path, names, wanted)
-    rows, numbers = _split(text, path, "\t", len(names), skip=1)
-    return _from_mapped(path, rows, numbers, index, numeric_ids=False)
+    index = header_index(path, names, wanted)
+    rows, numbers = split_lines(text, path, "\t", len(names), skip=1)
+    return from_mapped(path, rows, numbers, index, numeric_ids=False)
 
 
 def read_table(
@@ -452,11 +244,11 @@ def read_table(
     wanted = {"user": user, "item": item, "timestamp": timestamp, "rating": rating}
     if path_str.endswith(".parquet"):
         return _read_parquet(path, wanted, data)
-    text = _text(path, data)
+    text = file_text(path, data)
     sep = sep if sep is not None else ("," if path_str.endswith(".csv") else "\t")
     if header:
         names = [h.strip() for h in text.split("\n", 1)[0].split(sep)]
-        index = _header_index(
+        index = header_index(
             path, names, {r: c for r, c in wanted.items() if c is None or isinstance(c, str)}
         )
         index |= {r: c for r, c in wanted.items() if isinstance(c, int)}
@@ -466,7 +258,7 @@ def read_table(
             raise ValueError("without a header, columns are given by 0-based index")
         index = {r: c for r, c in wanted.items() if c is not None}
         width = None
-    rows, numbers = _split(text, path, sep, width, skip=1 if header else 0)
+    rows, numbers = split_lines(text, path, sep, width, skip=1 if header else 0)
     needed = max(index.values()) + 1
     short = next((k for k, r in enumerate(rows) if len(r) < needed), None)
     if short is not None:
@@ -476,7 +268,7 @@ def read_table(
             int(numbers[short]),
         )
     rows = [r[:needed] for r in rows] if width is None else rows
-    return _from_mapped(path, rows, numbers, index, numeric_ids=False)
+    return from_mapped(path, rows, numbers, index, numeric_ids=False)
 
 
 def _read_parquet(path: str | Path, wanted: dict, data: bytes | None) -> Interactions:
@@ -531,7 +323,7 @@ def read_auto(path: str | Path) -> Interactions:
         return read_recbole_inter(path)
     if name.endswith(".parquet"):
         raise DataFormatError(path, "is Parquet: call read_table with a column mapping")
-    text = _text(path, None)
+    text = file_text(path, None)
     first = text.split("\n", 1)[0]
     if first.strip() == "userId,movieId,rating,timestamp":
         return read_movielens_csv(path, text.encode())

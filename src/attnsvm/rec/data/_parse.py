@@ -1,0 +1,249 @@
+"""The readers' parsing toolkit: bytes → text → rows → typed columns, every failure a
+``DataFormatError`` naming the file and the 1-based line.
+
+Owns what every format shares: reading and decoding a file, polars' fast path for clean
+delimited files, splitting lines into fields, converting token columns to ids and numbers
+(``Origin`` says which line a bad token came from), and mapping a header's columns to roles.
+``readers`` keeps one function per file format on top of it.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from attnsvm.rec.data.errors import DataFormatError
+from attnsvm.rec.data.interactions import Interactions
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+# -- bytes → text → rows -------------------------------------------------------------------
+
+
+def file_bytes(path: str | Path, data: bytes | None) -> bytes:
+    """The file's bytes (``data`` when given); an empty file is an error."""
+    if data is None:
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise DataFormatError(path, "no such file") from None
+        except IsADirectoryError:
+            raise DataFormatError(path, "is a directory, not a file") from None
+        except OSError as error:
+            raise DataFormatError(path, f"cannot be read ({error.strerror})") from None
+    if not data.strip():
+        raise DataFormatError(path, "is empty")
+    return data
+
+
+def file_text(path: str | Path, data: bytes | None) -> str:
+    """The file decoded as strict UTF-8 (BOM and CRLF tolerated)."""
+    data = file_bytes(path, data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise DataFormatError(
+            path, f"is not valid UTF-8 (byte 0x{data[error.start]:02x} at column {column})", line
+        ) from None
+    return text.removeprefix("\ufeff").replace("\r\n", "\n")
+
+
+def fast_columns(data: bytes, sep: str, schema: dict, skip: int) -> list[np.ndarray] | None:
+    """Clean files parse in polars' native reader. Anything it doubts (an exception, a null, a
+    non-finite number, a CR or BOM, no rows) returns None, and the caller reads line by line,
+    which names the first bad line: the fast path never decides an error itself."""
+    if b"\r" in data or data.startswith(b"\xef\xbb\xbf"):
+        return None
+    if len(sep) > 1:  # polars takes one-byte separators: '::' becomes the unit separator
+        if b"\x1f" in data:
+            return None
+        data, sep = data.replace(sep.encode(), b"\x1f"), "\x1f"
+    try:
+        frame = pl.read_csv(
+            io.BytesIO(data),
+            separator=sep,
+            has_header=False,
+            skip_rows=skip,
+            schema=schema,
+            quote_char=None,
+        )
+    except Exception:  # any parse problem: the line-by-line reader reports it precisely
+        return None
+    if frame.height == 0 or frame.null_count().sum_horizontal().item():
+        return None
+    columns = [frame.get_column(name).to_numpy() for name in schema]
+    if any(c.dtype.kind == "f" and not np.isfinite(c).all() for c in columns):
+        return None
+    return columns
+
+
+def split_lines(
+    text: str, path: str | Path, sep: str | None, width: int | None, skip: int = 0
+) -> tuple[list[list[str]], np.ndarray]:
+    """Non-blank lines (after ``skip`` header lines) split on ``sep`` (None: any whitespace).
+
+    Returns the field lists and each one's 1-based line number. With ``width`` every line must
+    have exactly that many fields.
+    """
+    rows, numbers = [], []
+    for index, line in enumerate(text.split("\n")[skip:], start=skip + 1):
+        if not line.strip():
+            continue
+        fields = line.split(sep)
+        if width is not None and len(fields) != width:
+            shown = "whitespace" if sep is None else repr(sep)
+            raise DataFormatError(
+                path, f"expected {width} fields separated by {shown}, found {len(fields)}", index
+            )
+        rows.append(fields)
+        numbers.append(index)
+    if not rows:
+        raise DataFormatError(path, "has no data lines")
+    return rows, np.asarray(numbers, dtype=np.int64)
+
+
+def transpose(rows: list[list[str]]) -> list[tuple[str, ...]]:
+    """Rows of fields as columns of tokens."""
+    return list(zip(*rows, strict=True))
+
+
+# -- token columns → typed columns ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a column's tokens came from, so that a bad one is reported by file and line.
+
+    ``line_of`` maps a token's index to its 1-based line. ``header_hint``: a bad token on line 1
+    suggests a stray header, which only helps in formats that have none.
+    """
+
+    path: str | Path
+    line_of: Callable[[int], int]
+    header_hint: bool = True
+
+    @classmethod
+    def per_row(cls, path: str | Path, numbers: np.ndarray, header_hint: bool = True) -> Origin:
+        """One token per data line; ``numbers`` are the lines (as ``split_lines`` gives)."""
+        return cls(path, lambda index: int(numbers[index]), header_hint)
+
+    @classmethod
+    def per_span(cls, path: str | Path, numbers: np.ndarray, lengths: Sequence[int]) -> Origin:
+        """``lengths[r]`` consecutive tokens from line ``numbers[r]`` (several items a line)."""
+        ends = np.cumsum(lengths)
+        return cls(path, lambda index: int(numbers[np.searchsorted(ends, index, side="right")]))
+
+    def bad(self, what: str, token: str, index: int, problem: str) -> DataFormatError:
+        line = self.line_of(index)
+        hint = ""
+        if self.header_hint and line == 1:
+            hint = " (line 1 looks like a header; this format has none)"
+        return DataFormatError(self.path, f"{what} {token.strip()!r} {problem}{hint}", line)
+
+
+def integers(tokens: Sequence[str], what: str, origin: Origin) -> np.ndarray:
+    """Tokens as int64; on failure, name the first bad token and its line."""
+    try:
+        return np.array(tokens, dtype=np.int64)
+    except (ValueError, OverflowError):
+        pass  # find the first bad token: numpy does not say which one it was
+    values = []
+    for index, token in enumerate(tokens):
+        try:
+            value = int(token)
+            ok = _INT64_MIN <= value <= _INT64_MAX
+        except ValueError:
+            ok = False
+        if not ok:
+            raise origin.bad(what, token, index, "is not an integer")
+        values.append(value)
+    return np.array(values, dtype=np.int64)
+
+
+def floats(tokens: Sequence[str], what: str, origin: Origin) -> np.ndarray:
+    """Tokens as finite float64; on failure, name the first bad token and its line."""
+    try:
+        values = np.array(tokens, dtype=np.float64)
+    except ValueError:
+        parsed = []
+        for index, token in enumerate(tokens):
+            try:
+                parsed.append(float(token))
+            except ValueError:
+                raise origin.bad(what, token, index, "is not a number") from None
+        values = np.array(parsed, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        index = int(bad[0])
+        # no header hint: 'inf' or 'nan' parses, so it is a value, not a header word
+        raise DataFormatError(
+            origin.path, f"{what} {tokens[index].strip()!r} is not finite", origin.line_of(index)
+        )
+    return values
+
+
+def tokens_as_ids(tokens: Sequence[str]) -> np.ndarray:
+    """Free-form id tokens (RecBole ``:token``, generic tables): int64 when all are integers."""
+    try:
+        return np.array(tokens, dtype=np.int64)
+    except (ValueError, OverflowError):
+        return np.array([t.strip() for t in tokens], dtype=str)
+
+
+# -- header-driven tables -------------------------------------------------------------------
+
+
+def header_index(path: str | Path, header: list[str], wanted: dict[str, str | None]) -> dict:
+    """Column index of each wanted role (role → header name); a clear error if one is missing."""
+    index = {}
+    for role, name in wanted.items():
+        if name is None:
+            continue
+        if name not in header:
+            raise DataFormatError(
+                path, f"has no {role} column {name!r} (header: {', '.join(header)})", 1
+            )
+        index[role] = header.index(name)
+    return index
+
+
+def from_mapped(
+    path: str | Path,
+    rows: list[list[str]],
+    numbers: np.ndarray,
+    index: dict[str, int],
+    numeric_ids: bool,
+) -> Interactions:
+    """The table whose ``user``, ``item`` and optional ``timestamp``/``rating`` roles are the
+    columns ``index`` names; ids are integers with ``numeric_ids``, any tokens otherwise."""
+    columns = transpose(rows)
+    # no header hint: these tables have a header of their own (or, in ``read_table`` without
+    # one, columns picked by index), so line 1 is not a stray header to point out
+    origin = Origin.per_row(path, numbers, header_hint=False)
+
+    def ids(role: str) -> np.ndarray:
+        tokens = columns[index[role]]
+        if numeric_ids:
+            return integers(tokens, f"{role} id", origin)
+        return tokens_as_ids(tokens)
+
+    def numbers_of(role: str) -> np.ndarray | None:
+        if role not in index:
+            return None
+        return floats(columns[index[role]], role, origin)
+
+    return Interactions.from_columns(
+        ids("user"),
+        ids("item"),
+        timestamp=numbers_of("timestamp"),
+        rating=numbers_of("rating"),
+        source=str(path),
+    )
