@@ -3,10 +3,11 @@
 Ours: ``attnsvm.theory.experiments`` at full size (batched closed-form GD, exact/accurate SVMs).
 Official: the notebooks' loop (an ``nn.Module`` copied from base.py / base_nonlinear.py, autograd,
 ``torch.optim.SGD`` with the normalised gradient, W stored every step) plus base.py's
-``W_svm_solver`` (:func:`attnsvm.theory._compat.solve_official_style`: one cvxpy constraint per pair,
-cvxpy's default solver). The official loop is timed on a sample of seeds / candidates / instances
-and extrapolated linearly to the full count (stated in the table); torch runs single-threaded in
-both (multi-threading tiny tensors is 10-40x slower on a busy machine, which would flatter us).
+``W_svm_solver`` (:func:`attnsvm.theory._compat.solve_official_style`: one cvxpy constraint per
+pair, cvxpy's default solver). The official loop is timed on a sample of seeds / candidates /
+instances and extrapolated linearly to the full count (stated in the table); torch runs
+single-threaded in both (multi-threading tiny tensors is 10-40x slower on a busy machine, which
+would flatter us).
 
     .venv/bin/python benchmarks/theory_experiments.py --out /tmp/theory_bench [--only NAME,...]
     .venv/bin/python benchmarks/theory_experiments.py --out /tmp/theory_bench --report

@@ -101,3 +101,16 @@ def test_no_model_forward_takes_a_lens_only_parameter():
             if isinstance(node, ast.FunctionDef) and node.name == "forward":
                 names = {a.arg for a in [*node.args.args, *node.args.kwonlyargs]}
                 assert not names & {"return_attention", "return_layer_inputs"}, path.name
+
+
+def test_loading_the_lens_loads_no_trainer():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, attnsvm.lens.report, attnsvm.lens.run; "
+        "print(sorted(m for m in sys.modules if m in "
+        "('attnsvm.rec.train.trainer', 'attnsvm.rec.train.loop')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

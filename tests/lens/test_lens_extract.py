@@ -7,6 +7,7 @@ import torch
 from attnsvm.lens.extract import LensError, extract, float64_copy, head_grid
 from attnsvm.lens.scores import counterfactual_scores, forced_target_logits, linear_scores
 from attnsvm.rec.models import build_model
+from attnsvm.rec.nn.attention import record_attention
 
 
 def _model(norm: str, heads: int = 2, biases: bool = True):
@@ -41,9 +42,10 @@ def _windows():
 
 def _module_logits(model64, seq, layer, head):
     """q·k/√d_h of the last query straight from the layer's own nn.Linear calls."""
-    out = model64(seq, return_layer_inputs=True)
+    with record_attention(model64, weights=False) as recorder:
+        model64(seq)
     attention = model64.attention_modules()[layer]
-    inputs = out.layer_inputs[layer]
+    inputs = recorder.layer_inputs[layer]
     d_h = 16 // attention.num_heads
     rows = slice(head * d_h, (head + 1) * d_h)
     q = attention.q_proj(inputs.query[:, -1])[:, rows]
@@ -109,8 +111,8 @@ def test_counterfactual_score_is_a_full_forward_with_one_hot_attention():
 
         module.reference_attention = forced
         try:
-            with torch.inference_mode():
-                out = model64(seq, return_attention=True).hidden[:, -1]
+            with torch.inference_mode(), record_attention(model64):  # the reference path
+                out = model64(seq)[:, -1]
                 logits = model64.logits(out)[torch.arange(5), torch.from_numpy(targets)]
         finally:
             module.reference_attention = original
@@ -158,7 +160,9 @@ def test_linear_score_is_the_direct_path_readout_of_one_token(norm):
     finally:
         for hook in hooks:
             hook.remove()
-    keys = model64(seq, return_layer_inputs=True).layer_inputs[layer].key
+    with record_attention(model64, weights=False) as recorder:
+        model64(seq)
+    keys = recorder.layer_inputs[layer].key
     values = attention.v_proj(keys)[..., rows]
     expected = torch.einsum("ntk,nk->nt", values, readout).detach().numpy()
     valid = (seq != 0).numpy()

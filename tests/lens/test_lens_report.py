@@ -10,9 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from attnsvm.cli.main import app
-from attnsvm.lens.report import read_titles, write_report
+from attnsvm.lens.report import write_report
 from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, TrainConfig
 from attnsvm.rec.data.errors import DataFormatError
+from attnsvm.rec.data.titles import read_titles
 from attnsvm.rec.train import AttentionSnapshots, train
 
 

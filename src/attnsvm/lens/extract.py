@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from attnsvm.rec.models import SequentialRecommender
+from attnsvm.rec.nn.attention import record_attention
 
 
 class LensError(ValueError):
@@ -128,13 +129,13 @@ def extract(
     (``model.scoring_input`` of the left-padded histories); ``extras`` the model's extra inputs
     for those rows (SSE-PT's ``users``).
     """
-    with torch.inference_mode():
-        out = model64(item_seq, return_attention=True, return_layer_inputs=True, **(extras or {}))
+    with torch.inference_mode(), record_attention(model64) as recorder:
+        model64(item_seq, **(extras or {}))
     modules = model64.attention_modules()
     views = []
     for layer, head in grid:
         attention = modules[layer]
-        inputs = out.layer_inputs[layer]
+        inputs = recorder.layer_inputs[layer]
         keyed = key_columns(item_seq, inputs.key_positions).numpy()
         ones = torch.ones(*inputs.key.shape[:2], 1, dtype=torch.float64)
         X = on_window(torch.cat([inputs.key, ones], dim=-1), inputs.key_positions, item_seq)
@@ -148,7 +149,7 @@ def extract(
             head,
             attention.num_heads,
         )
-        weights = out.attention[layer][:, head, -1]
+        weights = recorder.attention[layer][:, head, -1]
         weights = on_window(weights, inputs.key_positions, item_seq).numpy() * keyed
         views.append(HeadView(layer, head, X, Z, keyed, weights, K, Q))
     return views

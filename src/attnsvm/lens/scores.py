@@ -45,6 +45,7 @@ from torch import nn
 
 from attnsvm.lens.extract import LensError, key_columns
 from attnsvm.rec.models import SequentialRecommender
+from attnsvm.rec.nn.attention import record_attention
 from attnsvm.rec.nn.blocks import TransformerBlock, TransformerEncoder
 
 
@@ -180,9 +181,9 @@ def linear_scores(
 
     hooks = [norm.register_forward_pre_hook(keep_last_position(i)) for i, norm in enumerate(norms)]
     try:
-        with torch.inference_mode():
-            out = model64(item_seq, return_layer_inputs=True, **(extras or {}))
-            keys = out.layer_inputs[layer].key
+        with torch.inference_mode(), record_attention(model64, weights=False) as recorder:
+            model64(item_seq, **(extras or {}))
+        keys = recorder.layer_inputs[layer].key
     finally:
         for hook in hooks:
             hook.remove()
@@ -285,9 +286,9 @@ def forced_by_rerun(
     width = attention.v_proj.weight.shape[0] // attention.num_heads
     columns = slice(head * width, (head + 1) * width)
     n, L = item_seq.shape
-    with torch.inference_mode():
-        plain = model64(item_seq, return_layer_inputs=True, **(extras or {}))
-    positions = plain.layer_inputs[layer].key_positions
+    with torch.inference_mode(), record_attention(model64, weights=False) as recorder:
+        model64(item_seq, **(extras or {}))
+    positions = recorder.layer_inputs[layer].key_positions
     keyed = key_columns(item_seq, positions).numpy()
     key_index = torch.arange(L).expand(n, L)  # window column → index among the layer's keys
     if positions is not None:  # a column outside the key set points at key 0; NaN at the end

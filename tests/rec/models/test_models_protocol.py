@@ -15,7 +15,7 @@ from attnsvm.rec.models import (
     catalogue,
     resolve,
 )
-from attnsvm.rec.nn.attention import MultiHeadAttention
+from attnsvm.rec.nn.attention import MultiHeadAttention, record_attention
 
 NUM_ITEMS = 50
 SMALL = {"hidden_size": 16, "ffn_size": 16, "num_heads": 2, "max_len": 12}
@@ -136,28 +136,35 @@ def test_bert4rec_mask_items() -> None:
 
 
 @pytest.mark.parametrize("name", ["sasrec", "bert4rec"])
-def test_attention_trace_and_modules(name: str) -> None:
+def test_attention_recorder_and_modules(name: str) -> None:
+    """Recording switches to the reference path but leaves the output as it is; its weights are
+    softmax(q·k/√d_h) recomputed naively from W_Q, W_K and the recorded layer inputs."""
     net = model(name, num_blocks=3)
     seq = sequences()
-    trace = net(seq, return_attention=True, return_layer_inputs=True)
-    torch.testing.assert_close(trace.hidden, net(seq), atol=1e-6, rtol=0)
-    assert [w.shape for w in trace.attention] == [(3, 2, 12, 12)] * 3
-    assert all(map(torch.equal, net.attention_weights(seq), trace.attention))
-    assert len(trace.layer_inputs) == 3
+    with record_attention(net) as recorder:
+        recorded = net(seq)
+    torch.testing.assert_close(recorded, net(seq), atol=1e-12, rtol=0)
+    assert [w.shape for w in recorder.attention] == [(3, 2, 12, 12)] * 3
+    assert all(map(torch.equal, net.attention_weights(seq), recorder.attention))
+    assert len(recorder.layer_inputs) == 3
     modules = net.attention_modules()
     assert len(modules) == 3 and all(isinstance(m, MultiHeadAttention) for m in modules)
-    # the lens recomputes layer 0's weights from W_Q, W_K and the recorded inputs
-    attention, (query, key, _) = modules[0], trace.layer_inputs[0]
-    q = attention.q_proj(query).view(3, 12, 2, 8).transpose(1, 2)
-    k = attention.k_proj(key).view(3, 12, 2, 8).transpose(1, 2)
-    scores = q @ k.transpose(-1, -2) / 8**0.5
-    real = seq[1] != 0
-    expected = scores[1][:, real][:, :, real]
-    if name == "sasrec":
-        expected = expected.masked_fill(~torch.ones(7, 7, dtype=torch.bool).tril(), float("-inf"))
-    got = trace.attention[0][1][:, real][:, :, real]
-    torch.testing.assert_close(got, expected.softmax(-1))
-    assert trace.attention[0][1][:, real][:, :, ~real].abs().max() == 0
+    for attention, weights, (query, key, _) in zip(
+        modules, recorder.attention, recorder.layer_inputs, strict=True
+    ):
+        q = attention.q_proj(query).view(3, 12, 2, 8).transpose(1, 2)
+        k = attention.k_proj(key).view(3, 12, 2, 8).transpose(1, 2)
+        scores = q @ k.transpose(-1, -2) / 8**0.5
+        for row in range(3):
+            real = seq[row] != 0
+            n = int(real.sum())
+            expected = scores[row][:, real][:, :, real]
+            if name == "sasrec":
+                causal = torch.ones(n, n, dtype=torch.bool).tril()
+                expected = expected.masked_fill(~causal, float("-inf"))
+            got = weights[row][:, real][:, :, real]
+            torch.testing.assert_close(got, expected.softmax(-1), atol=1e-12, rtol=0)
+            assert not weights[row][:, real][:, :, ~real].any()  # padding keys get nothing
 
 
 def test_embedding_scaling_and_separate_output_table() -> None:

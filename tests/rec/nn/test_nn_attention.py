@@ -1,11 +1,17 @@
-"""Attention: the SDPA path equals the explicit-matmul reference; masks do what they say."""
+"""Attention: the SDPA path equals the explicit-matmul reference; masks do what they say; the
+recorder reads what each layer attended without changing what the model computes."""
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask, reference_attention
+from attnsvm.rec.nn.attention import (
+    MultiHeadAttention,
+    attention_mask,
+    record_attention,
+    reference_attention,
+)
 from attnsvm.rec.nn.blocks import NORM_LAYOUTS, TransformerBlock, TransformerEncoder
 from attnsvm.rec.nn.ffn import PointwiseFFN
 
@@ -23,9 +29,10 @@ def test_sdpa_equals_reference_path(causal: bool, num_heads: int) -> None:
     attention = MultiHeadAttention(16, num_heads).double().eval()
     x = torch.randn(3, 7, 16, generator=generator, dtype=torch.float64)
     mask = attention_mask(left_padded([7, 4, 1], 7), causal)
-    fast, none = attention(x, x, mask)
-    slow, weights = attention(x, x, mask, return_weights=True)
-    assert none is None
+    fast = attention(x, x, mask)
+    with record_attention(attention) as recorder:
+        slow = attention(x, x, mask)
+    (weights,) = recorder.attention
     assert weights.shape == (3, num_heads, 7, 7)
     torch.testing.assert_close(fast, slow, atol=1e-6, rtol=0)
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, num_heads, 7, dtype=torch.float64))
@@ -46,8 +53,9 @@ def test_sdpa_equals_reference_on_random_shapes(batch, length, heads, causal, se
     x = torch.randn(batch, length, 8, generator=generator, dtype=torch.float64)
     lengths = torch.randint(0, length + 1, (batch,), generator=generator).tolist()
     mask = attention_mask(left_padded(lengths, length), causal)
-    fast, _ = attention(x, x, mask)
-    slow, _ = attention(x, x, mask, return_weights=True)
+    fast = attention(x, x, mask)
+    with record_attention(attention):
+        slow = attention(x, x, mask)
     torch.testing.assert_close(fast, slow, atol=1e-6, rtol=0)
 
 
@@ -75,22 +83,45 @@ def test_reference_weights_follow_the_formula() -> None:
 def test_encoder_fast_and_reference_paths_agree(norm: str) -> None:
     generator = torch.Generator().manual_seed(1)
     torch.manual_seed(1)
-    encoder = TransformerEncoder(8, 2, 2, 16, causal=True, norm=norm).double().eval()
+    blocks = [TransformerBlock(8, 2, 16, norm=norm) for _ in range(2)]
+    encoder = TransformerEncoder(blocks, causal=True).double().eval()
     x = torch.randn(2, 5, 8, generator=generator, dtype=torch.float64)
     valid = left_padded([5, 2], 5)
     fast = encoder(x, valid)
-    traced = encoder(x, valid, return_attention=True, return_layer_inputs=True)
-    torch.testing.assert_close(fast.hidden, traced.hidden, atol=1e-6, rtol=0)
-    assert fast.attention is None and fast.layer_inputs is None
-    assert len(traced.attention) == 2 and len(traced.layer_inputs) == 2
-    assert torch.all(traced.hidden[1, :3] == 0)  # padding positions are zeroed
-    query, key, key_positions = traced.layer_inputs[0]
+    with record_attention(encoder) as recorder:
+        traced = encoder(x, valid)
+    torch.testing.assert_close(fast, traced, atol=1e-6, rtol=0)
+    assert len(recorder.attention) == 2 and len(recorder.layer_inputs) == 2
+    assert torch.all(traced[1, :3] == 0)  # padding positions are zeroed
+    query, key, key_positions = recorder.layer_inputs[0]
     assert key_positions is None  # the keys are the whole window
     if norm == "post":
-        assert query is key and torch.equal(key, x)
+        assert torch.equal(query, key) and torch.equal(key, x)
     else:  # queries are layer-normalised
         torch.testing.assert_close(query.mean(-1), torch.zeros(2, 5, dtype=torch.float64))
-    assert (query is key) == (norm != "sasrec")
+    assert torch.equal(query, key) == (norm != "sasrec")
+    # outside the block every layer is back on its fast path, recording nothing
+    assert all(m.recording is None and not m.record_weights for m in recorder.modules)
+    torch.testing.assert_close(encoder(x, valid), fast, atol=0, rtol=0)
+
+
+def test_recorder_without_weights_leaves_the_computation_alone() -> None:
+    """``weights=False``: the layers keep their own path, so the output is bit for bit the
+    unrecorded one, and only the inputs are recorded; nested recording is refused."""
+    torch.manual_seed(3)
+    blocks = [TransformerBlock(8, 2, 16, norm="sasrec") for _ in range(2)]
+    encoder = TransformerEncoder(blocks, causal=False).double().eval()
+    x, valid = torch.randn(3, 6, 8, dtype=torch.float64), left_padded([6, 3, 1], 6)
+    with record_attention(encoder, weights=False) as recorder:
+        recorded = encoder(x, valid)
+        with pytest.raises(RuntimeError, match="being recorded already"), record_attention(encoder):
+            pass
+    assert torch.equal(recorded, encoder(x, valid))
+    assert torch.equal(recorder.layer_inputs[0].key, x)
+    with pytest.raises(RuntimeError, match="weights were not recorded"):
+        _ = recorder.attention
+    with record_attention(encoder) as unused, pytest.raises(RuntimeError, match="did not run"):
+        _ = unused.layer_inputs
 
 
 @pytest.mark.parametrize("norm", NORM_LAYOUTS)
@@ -106,11 +137,14 @@ def test_block_without_ffn_is_attention_and_layer_norms_only(norm: str) -> None:
     assert without.ffn is None
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     mask = attention_mask(left_padded([5, 3], 5), causal=True)
-    torch.testing.assert_close(without(x, mask)[0], zeroed(x, mask)[0])
+    torch.testing.assert_close(without(x, mask), zeroed(x, mask))
     with pytest.raises(ValueError, match="ffn_size must be ≥ 0"):
         TransformerBlock(8, 2, -1)
     with pytest.raises(ValueError, match="hidden size must be ≥ 1"):
         PointwiseFFN(8, 0)
+    mixed = [TransformerBlock(8, 2, 4, norm="pre"), TransformerBlock(8, 2, 4, norm="post")]
+    with pytest.raises(ValueError, match="of one layout"):
+        TransformerEncoder(mixed, causal=True)
 
 
 def test_positions_from_the_start_ignore_left_padding() -> None:

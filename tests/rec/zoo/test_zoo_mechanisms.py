@@ -159,13 +159,13 @@ def test_sse_replaces_at_the_given_rate_and_never_touches_padding() -> None:
 def test_ssept_personalises_and_falls_back_to_the_unknown_user() -> None:
     model = make_model("ssept").double().eval()
     seq = torch.randint(1, NUM_ITEMS + 1, (2, MAX_LEN))
-    known = model.score_last(seq, torch.tensor([3, 4]))
-    assert not torch.allclose(known[0], model.score_last(seq, torch.tensor([5, 4]))[0])
+    known = model.score_last(seq, users=torch.tensor([3, 4]))
+    assert not torch.allclose(known[0], model.score_last(seq, users=torch.tensor([5, 4]))[0])
     unknown = model.score_last(seq)
-    torch.testing.assert_close(model.score_last(seq, torch.tensor([20, 999])), unknown)
+    torch.testing.assert_close(model.score_last(seq, users=torch.tensor([20, 999])), unknown)
     assert model.output_embedding().shape == (NUM_ITEMS + 1, model.config.hidden_size)
     with pytest.raises(ValueError, match="item ids must lie"):
-        model.score_last(seq + NUM_ITEMS, torch.tensor([3, 4]))
+        model.score_last(seq + NUM_ITEMS, users=torch.tensor([3, 4]))
 
 
 def test_strec_needs_timestamps_and_uses_them() -> None:

@@ -18,6 +18,7 @@ from zoo_helpers import (
 
 from attnsvm.rec.data.batches import make_batch, make_examples
 from attnsvm.rec.models import catalogue
+from attnsvm.rec.nn.attention import record_attention
 
 CAUSAL_CAPABLE = ("ssept", "actsr", "convformer", "matrrec")
 
@@ -133,14 +134,34 @@ def test_padding_free_models_read_a_padded_window_like_its_unpadded_self(name: s
 
 @pytest.mark.parametrize("name", ["bsarec", "ssept", "actsr", "adamct", "matrrec", "strec"])
 def test_attention_models_expose_weights_for_the_lens(name: str) -> None:
+    """The recorder leaves the output alone and reads one record per attention layer; the last
+    query's weights are softmax(q·k/√d_h) over its real keys, recomputed from the recorded
+    inputs (AC-TSR calibrates its weights away from that by design: rows sum to 1 only)."""
     model = make_model(name).double().eval()
     seq = random_sequences()
-    out = run(model, seq, torch.tensor([0, 1, 2]), return_attention=True, return_layer_inputs=True)
-    assert len(out.attention) == len(out.layer_inputs) == len(model.attention_modules()) > 0
-    for weights in out.attention:
-        assert weights.shape[:2] == (3, model.config.num_heads)
+    users = torch.tensor([0, 1, 2])
+    with record_attention(model) as recorder:
+        recorded = run(model, seq, users)
+    torch.testing.assert_close(recorded, run(model, seq, users), atol=1e-12, rtol=0)
+    modules = model.attention_modules()
+    assert len(recorder.attention) == len(recorder.layer_inputs) == len(modules) > 0
+    heads, width = model.config.num_heads, model.config.hidden_size // model.config.num_heads
+    for attention, weights, inputs in zip(
+        modules, recorder.attention, recorder.layer_inputs, strict=True
+    ):
+        assert weights.shape[:2] == (3, heads)
+        assert weights.shape[-1] == inputs.key.shape[1] <= MAX_LEN  # AdaMCT's back to L
         torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)))
-    torch.testing.assert_close(out.hidden, run(model, seq, torch.tensor([0, 1, 2])))
+        if name == "actsr":
+            continue
+        q = attention.q_proj(inputs.query[:, -1]).view(3, heads, width)
+        k = attention.k_proj(inputs.key).view(3, -1, heads, width)
+        logits = torch.einsum("nhd,nthd->nht", q, k) / width**0.5
+        real = seq != 0
+        if inputs.key_positions is not None:  # STRec: the keys are the tokens kept so far
+            real = torch.gather(real, 1, inputs.key_positions)
+        expected = logits.masked_fill(~real[:, None], float("-inf")).softmax(-1)
+        torch.testing.assert_close(weights[:, :, -1], expected, atol=1e-12, rtol=0)
 
 
 def _extras(name: str, seq: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -181,15 +202,15 @@ def _forced_reference(model64, seq, targets, layer: int, head: int, t: int, extr
     attention = model64.attention_modules()[layer]
     original = attention.forward
 
-    def forced(query_input, key_input, keep_mask, return_weights=False, *extra):
-        _, weights = original(query_input, key_input, keep_mask, True, *extra)
-        weights = weights.clone()
+    def forced(query_input, key_input, keep_mask, **options):
+        with record_attention(attention) as recorder:
+            original(query_input, key_input, keep_mask, **options)
+        weights = recorder.attention[0].clone()
         weights[:, head, -1] = 0.0
         weights[:, head, -1, t] = 1.0
         mixed = weights @ attention._heads(attention.v_proj(key_input))
         batch, _, length, _ = mixed.shape
-        out = attention.out_proj(mixed.transpose(1, 2).reshape(batch, length, -1))
-        return out, weights if return_weights else None
+        return attention.out_proj(mixed.transpose(1, 2).reshape(batch, length, -1))
 
     attention.forward = forced
     try:
@@ -224,9 +245,9 @@ def test_counterfactual_scores_force_one_token_in_any_model(name: str) -> None:
     extras = _extras(name, seq)
     scores = counterfactual_scores(model64, seq, targets, layer, 1, extras)
     if name == "strec":  # its last layer's keys: 3 kept columns per row, forced one at a time
-        with torch.inference_mode():
-            out = model64(seq, return_layer_inputs=True, **extras)
-        positions = out.layer_inputs[layer].key_positions
+        with torch.inference_mode(), record_attention(model64, weights=False) as recorder:
+            model64(seq, **extras)
+        positions = recorder.layer_inputs[layer].key_positions
         assert np.isnan(scores).sum() == scores.size - positions.numel()
         for row, columns in enumerate(positions.tolist()):
             for key, column in enumerate(columns):
@@ -260,8 +281,8 @@ def test_the_lens_reads_ssept_with_each_users_own_embedding() -> None:
     seq, targets = random_sequences(), np.array([4, 9, 17])
     users = {"users": torch.tensor([0, 5, 19])}
     with torch.inference_mode():
-        own = model64(seq, return_attention=True, **users).attention
-        unknown = model64(seq, return_attention=True).attention
+        own = model64.attention_weights(seq, **users)
+        unknown = model64.attention_weights(seq)
     for view in extract(model64, seq, head_grid(model64, None, None), users):
         expected = own[view.layer][:, view.head, -1].numpy() * view.valid
         np.testing.assert_allclose(view.attention, expected, atol=1e-12)

@@ -32,7 +32,6 @@ from torch import nn
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask
-from attnsvm.rec.nn.blocks import AttentionInput, EncoderOutput
 from attnsvm.rec.nn.dropout import Dropout
 from attnsvm.rec.nn.dropout import dropout as drop
 from attnsvm.rec.nn.ffn import PointwiseFFN
@@ -65,7 +64,8 @@ class CalibratedAttention(MultiHeadAttention):
     """Multi-head attention with AC-TSR's spatial and adversarial calibrators.
 
     ``q_proj``/``k_proj`` are the ordinary projections (what the lens reads); ``attack_q``/
-    ``attack_k`` are the adversary's. ``forward`` returns the attention weights it used.
+    ``attack_k`` are the adversary's. Its weights are always explicit, and a recording keeps
+    the calibrated (or perturbed) ones it used.
     """
 
     def __init__(self, dim: int, num_heads: int, max_len: int, dropout: float) -> None:
@@ -100,12 +100,11 @@ class CalibratedAttention(MultiHeadAttention):
         query_input: torch.Tensor,
         key_input: torch.Tensor,
         keep_mask: torch.Tensor,
-        return_weights: bool = False,
+        *,
+        key_positions: torch.Tensor | None = None,
         stream: str = "calibrated",
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        q = self._heads(self.q_proj(query_input))
-        k = self._heads(self.k_proj(key_input))
-        v = self._heads(self.v_proj(key_input))
+    ) -> torch.Tensor:
+        q, k, v = self._project(query_input, key_input)
 
         def masked_softmax(scores: torch.Tensor) -> torch.Tensor:
             return scores.masked_fill(~keep_mask, float("-inf")).softmax(dim=-1)
@@ -124,11 +123,9 @@ class CalibratedAttention(MultiHeadAttention):
             length = q.shape[2]
             gate = torch.sigmoid(self.gate(q)[..., self.max_len - length :])
             weights = masked_softmax(gate * spatial + (1 - gate) * calibrated)
+        self._record(weights, query_input, key_input, key_positions)
         dropout = self.dropout if self.training else 0.0
-        out = drop(weights, dropout) @ v
-        batch, _, length, _ = out.shape
-        out = self.out_proj(out.transpose(1, 2).reshape(batch, length, -1))
-        return out, weights if return_weights else None
+        return self._merge(drop(weights, dropout) @ v)
 
 
 class ACTSRBlock(nn.Module):
@@ -145,10 +142,9 @@ class ACTSRBlock(nn.Module):
         self.ffn_norm = nn.LayerNorm(dim)
         self.dropout = Dropout(config.dropout)
 
-    def forward(self, x, keep_mask, return_weights: bool, stream: str):
-        attended, weights = self.attention(x, x, keep_mask, return_weights, stream)
-        x = self.attention_norm(x + self.dropout(attended))
-        return self.ffn_norm(x + self.ffn(x)), weights
+    def forward(self, x, keep_mask, stream: str):
+        x = self.attention_norm(x + self.dropout(self.attention(x, x, keep_mask, stream=stream)))
+        return self.ffn_norm(x + self.ffn(x))
 
 
 class ACTSR(SequentialRecommender):
@@ -180,32 +176,16 @@ class ACTSR(SequentialRecommender):
         """The attack projections' ascent step (:func:`adversarial_step`)."""
         return adversarial_step(self, item_seq, loss_of_hidden, attack_optimizer)
 
-    def forward(
-        self,
-        item_seq: torch.Tensor,
-        return_attention: bool = False,
-        return_layer_inputs: bool = False,
-        stream: str = "calibrated",
-    ) -> torch.Tensor | EncoderOutput:
+    def forward(self, item_seq: torch.Tensor, stream: str = "calibrated") -> torch.Tensor:
         self.check_input(item_seq)
         if stream not in STREAMS:
             raise ValueError(f"stream must be one of {STREAMS}, got {stream!r}")
         valid = item_seq != 0
         keep_mask = attention_mask(valid, causal=True)
         x = self.embed(item_seq)
-        attention, inputs = [], []
         for block in self.blocks:
-            inputs.append(AttentionInput(x, x))
-            x, weights = block(x, keep_mask, return_attention, stream)
-            attention.append(weights)
-        hidden = x * valid.unsqueeze(-1).to(x.dtype)
-        if not (return_attention or return_layer_inputs):
-            return hidden
-        return EncoderOutput(
-            hidden,
-            attention if return_attention else None,
-            inputs if return_layer_inputs else None,
-        )
+            x = block(x, keep_mask, stream)
+        return x * valid.unsqueeze(-1).to(x.dtype)
 
 
 def adversarial_step(

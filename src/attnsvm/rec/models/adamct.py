@@ -28,7 +28,6 @@ from torch import nn
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask
-from attnsvm.rec.nn.blocks import AttentionInput, EncoderOutput
 from attnsvm.rec.nn.dropout import Dropout
 from attnsvm.rec.nn.ffn import ACTIVATIONS
 
@@ -89,15 +88,14 @@ class AdaMCTLayer(nn.Module):
         self.out_norm = nn.LayerNorm(dim)
         self.dropout = Dropout(config.dropout)
 
-    def forward(self, x, keep_mask, valid, return_weights: bool):
+    def forward(self, x, keep_mask, valid):
         x_en = self.enter_norm(self.dropout(self.enter(x))) * valid
-        attended, weights = self.attention(x_en, x_en, keep_mask, return_weights)
-        global_branch = self.global_se(attended * valid)
+        global_branch = self.global_se(self.attention(x_en, x_en, keep_mask) * valid)
         local = self.conv(x_en.transpose(1, 2)).transpose(1, 2)
         local_branch = self.local_se(self.activation(self.conv_norm(local)) * valid)
         alpha = torch.sigmoid(self.mixture(x.mean(dim=1, keepdim=True)))  # (B, 1, 1)
         mixed = (1 - alpha) * global_branch + alpha * local_branch
-        return self.out_norm(self.dropout(self.out(mixed)) + x) * valid, weights, x_en
+        return self.out_norm(self.dropout(self.out(mixed)) + x) * valid
 
 
 class AdaMCT(SequentialRecommender):
@@ -111,29 +109,16 @@ class AdaMCT(SequentialRecommender):
         self.layers = nn.ModuleList(AdaMCTLayer(config) for _ in range(config.num_blocks))
         self.init_weights()
 
-    def forward(
-        self,
-        item_seq: torch.Tensor,
-        return_attention: bool = False,
-        return_layer_inputs: bool = False,
-    ) -> torch.Tensor | EncoderOutput:
+    def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
         self.check_input(item_seq)
         length = item_seq.shape[1]
+        # squeeze-excitation reads max_len positions; record_attention cuts its records of
+        # these padded columns back to the input's last `length`
         item_seq = F.pad(item_seq, (self.config.max_len - length, 0))
         keep_mask = attention_mask(item_seq != 0, causal=True)
         valid = (item_seq != 0).unsqueeze(-1).to(torch.get_default_dtype())
         x = self.embed(item_seq)
         valid = valid.to(x.dtype)
-        attention, inputs = [], []
         for layer in self.layers:
-            x, weights, x_en = layer(x, keep_mask, valid, return_attention)
-            attention.append(None if weights is None else weights[:, :, -length:, -length:])
-            inputs.append(AttentionInput(x_en[:, -length:], x_en[:, -length:]))
-        hidden = x[:, -length:]
-        if not (return_attention or return_layer_inputs):
-            return hidden
-        return EncoderOutput(
-            hidden,
-            attention if return_attention else None,
-            inputs if return_layer_inputs else None,
-        )
+            x = layer(x, keep_mask, valid)
+        return x[:, -length:]

@@ -6,17 +6,21 @@ Inputs are ``item_seq`` LongTensors (B, L), left-padded with 0, internal item id
 - ``objective`` says how the trainer makes targets: ``"causal"`` (every position predicts the
   next item; SASRec), ``"cloze"`` (masked positions predict themselves; BERT4Rec) or ``"last"``
   (only the last position has a target).
-- ``forward(item_seq)`` → hidden states (B, L, D), zero at padding. With ``return_attention`` or
-  ``return_layer_inputs`` it returns an ``EncoderOutput(hidden, attention, layer_inputs)``:
-  per layer the (B, H, L, L) attention weights from the explicit-matmul reference path, and the
-  ``AttentionInput(query, key)`` tensors the layer's attention consumed (normalised queries;
-  keys/values). ``attention_modules()`` lists each layer's ``MultiHeadAttention`` (``q_proj``,
-  ``k_proj``, ``v_proj``, ``out_proj``), so the lens can read W_Q, W_K, W_V, W_O.
+- ``forward(item_seq, **extras)`` → hidden states (B, L, D), zero at padding; nothing else, in
+  training or not. What the attention saw is read beside the forward, not through it:
+  ``with record_attention(model) as recorder: model(item_seq)`` (``attnsvm.rec.nn.attention``)
+  switches every attention layer to its explicit-matmul reference path and records, per layer
+  in ``attention_modules()`` order, the (B, H, L, L) attention weights (``recorder.attention``)
+  and the ``AttentionInput(query, key)`` tensors the layer consumed (``recorder.layer_inputs``:
+  normalised queries; keys/values). ``attention_modules()`` lists each layer's
+  ``MultiHeadAttention`` (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), so the lens can
+  read W_Q, W_K, W_V, W_O; ``attention_weights(item_seq)`` is the recorder's weights.
 - item logits are ``hidden @ output_embedding().T + output_bias()``; ``score_last`` returns them
   (B, num_items + 1) for the item after the last position, column 0 (padding) = −∞.
-- ``extra_inputs`` names the keyword inputs beyond ``item_seq`` that ``forward`` and
-  ``score_last`` take from the data: ``"users"`` (B,) internal user ids, ``"timestamps"`` (B, L)
-  event times aligned with ``item_seq``. The trainer and the evaluator pass exactly these.
+- ``extra_inputs`` names the keyword inputs beyond ``item_seq`` (the ``**extras``) that
+  ``forward``, ``last_hidden`` and ``score_last`` take from the data: ``"users"`` (B,) internal
+  user ids, ``"timestamps"`` (B, L) event times aligned with ``item_seq``; ``extra_kwargs``
+  picks them from what a batch has. The trainer and the evaluator pass exactly these.
 - A min–max model (AC-TSR) returns its attack parameters from ``attack_parameters()`` and
   defines ``adversarial_step``; the trainer then trains every other parameter on the loss and
   calls ``adversarial_step`` after each step.
@@ -31,8 +35,8 @@ import torch
 from torch import nn
 
 from attnsvm.rec.config_base import Config
-from attnsvm.rec.nn.attention import MultiHeadAttention
-from attnsvm.rec.nn.blocks import NORM_LAYOUTS
+from attnsvm.rec.nn.attention import MultiHeadAttention, attention_modules, record_attention
+from attnsvm.rec.nn.blocks import NORM_LAYOUTS, TransformerBlock, TransformerEncoder
 from attnsvm.rec.nn.embedding import POSITION_KINDS, ItemEmbedding, SequenceEmbedding
 from attnsvm.rec.nn.ffn import ACTIVATIONS
 
@@ -119,14 +123,16 @@ class SequentialRecommender(nn.Module):
         self.num_items = num_items
         self.config = config
 
-    def build_embeddings(self, *, layer_norm: bool) -> None:
-        """Set ``self.items`` (item table) and ``self.embed`` (input embedding) from the config."""
+    def build_embeddings(self, *, layer_norm: bool, **item_options) -> None:
+        """Set ``self.items`` (item table) and ``self.embed`` (input embedding) from the config;
+        ``item_options`` go to the ``ItemEmbedding`` (BERT4Rec's mask token and output bias)."""
         config = self.config
         self.items = ItemEmbedding(
             self.num_items,
             config.hidden_size,
             separate_output=config.separate_output_embedding,
             table_dropout=config.item_dropout,
+            **item_options,
         )
         self.embed = SequenceEmbedding(
             self.items,
@@ -136,6 +142,26 @@ class SequentialRecommender(nn.Module):
             layer_norm=layer_norm,
             dropout=config.dropout,
         )
+
+    def build_encoder(self, *, causal: bool, **options) -> TransformerEncoder:
+        """``num_blocks`` ``TransformerBlock``s of the config's width, heads, FFN, dropouts and
+        layout, as a ``TransformerEncoder``; ``options`` are further block switches (SASRec's
+        ``attention_output_dropout``)."""
+        config = self.config
+        blocks = [
+            TransformerBlock(
+                config.hidden_size,
+                config.num_heads,
+                config.ffn_size,
+                dropout=config.dropout,
+                attention_dropout=config.attention_dropout,
+                activation=config.activation,
+                norm=config.norm,
+                **options,
+            )
+            for _ in range(config.num_blocks)
+        ]
+        return TransformerEncoder(blocks, causal)
 
     def init_weights(self) -> None:
         """Linear and embedding weights as ``config.init`` says, zero biases and padding rows.
@@ -200,19 +226,23 @@ class SequentialRecommender(nn.Module):
         scores[..., 0] = float("-inf")
         return scores
 
-    def score_last(self, item_seq: torch.Tensor) -> torch.Tensor:
+    def score_last(self, item_seq: torch.Tensor, **extras: torch.Tensor) -> torch.Tensor:
         self.check_input(item_seq)
         if item_seq.numel() and (item_seq.min() < 0 or item_seq.max() > self.num_items):
             raise ValueError(f"item ids must lie in 0..{self.num_items} (0 = padding)")
-        return self.logits(self.last_hidden(self.scoring_input(item_seq)))
+        return self.logits(self.last_hidden(self.scoring_input(item_seq), **extras))
 
-    def last_hidden(self, item_seq: torch.Tensor) -> torch.Tensor:
+    def last_hidden(self, item_seq: torch.Tensor, **extras: torch.Tensor) -> torch.Tensor:
         """``(B, D)`` hidden state of the last position (a model may compute only that one)."""
-        return self(item_seq)[:, -1]
+        return self(item_seq, **extras)[:, -1]
 
-    def attention_weights(self, item_seq: torch.Tensor) -> list[torch.Tensor]:
+    def attention_weights(
+        self, item_seq: torch.Tensor, **extras: torch.Tensor
+    ) -> list[torch.Tensor]:
         """Per layer (B, H, L, L) attention weights, from the explicit-matmul reference path."""
-        return self(item_seq, return_attention=True).attention
+        with record_attention(self) as recorder:
+            self(item_seq, **extras)
+        return recorder.attention
 
     def auxiliary_weights(self) -> dict[str, float]:
         """The model's named auxiliary loss terms and their weights (from its config); the
@@ -231,4 +261,4 @@ class SequentialRecommender(nn.Module):
         return []
 
     def attention_modules(self) -> list[MultiHeadAttention]:
-        return [m for m in self.modules() if isinstance(m, MultiHeadAttention)]
+        return attention_modules(self)

@@ -19,8 +19,6 @@ import torch
 from torch import nn
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
-from attnsvm.rec.nn.blocks import EncoderOutput, TransformerEncoder
-from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
 
 
 @dataclass(frozen=True)
@@ -49,53 +47,21 @@ class BERT4Rec(SequentialRecommender):
         config = config or BERT4RecConfig()
         super().__init__(num_items, config)
         self.mask_token = num_items + 1
-        self.items = ItemEmbedding(
-            num_items,
-            config.hidden_size,
-            num_special=1,
-            separate_output=config.separate_output_embedding,
-            output_bias=config.output_bias,
-            table_dropout=config.item_dropout,
-        )
-        self.embed = SequenceEmbedding(
-            self.items,
-            config.max_len,
-            config.position,
-            scale=config.scale_embeddings,
-            layer_norm=True,
-            dropout=config.dropout,
-        )
-        self.encoder = TransformerEncoder(
-            config.hidden_size,
-            config.num_blocks,
-            config.num_heads,
-            config.ffn_size,
-            causal=False,
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            activation=config.activation,
-            norm=config.norm,
-        )
+        self.build_embeddings(layer_norm=True, num_special=1, output_bias=config.output_bias)
+        self.encoder = self.build_encoder(causal=False)
         d = config.hidden_size
         self.head = (
             nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d)) if config.head else None
         )
         self.init_weights()
 
-    def forward(
-        self,
-        item_seq: torch.Tensor,
-        return_attention: bool = False,
-        return_layer_inputs: bool = False,
-    ) -> torch.Tensor | EncoderOutput:
+    def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
         self.check_input(item_seq)
         valid = item_seq != 0
-        out = self.encoder(self.embed(item_seq), valid, return_attention, return_layer_inputs)
+        hidden = self.encoder(self.embed(item_seq), valid)
         if self.head is not None:
-            out = out._replace(
-                hidden=self.head(out.hidden) * valid.unsqueeze(-1).to(out.hidden.dtype)
-            )
-        return out if return_attention or return_layer_inputs else out.hidden
+            hidden = self.head(hidden) * valid.unsqueeze(-1).to(hidden.dtype)
+        return hidden
 
     def scoring_input(self, item_seq: torch.Tensor) -> torch.Tensor:
         """Append the mask token, dropping the oldest column when the sequence is full."""

@@ -29,7 +29,6 @@ from torch import nn
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask
-from attnsvm.rec.nn.blocks import AttentionInput, EncoderOutput
 from attnsvm.rec.nn.dropout import Dropout
 from attnsvm.rec.nn.ffn import PointwiseFFN
 
@@ -94,13 +93,10 @@ class BSARecLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(dim)
         self.dropout = Dropout(config.dropout)
 
-    def forward(
-        self, x: torch.Tensor, keep_mask: torch.Tensor, return_weights: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attended, weights = self.attention(x, x, keep_mask, return_weights)
-        attention_branch = self.attention_norm(x + self.dropout(attended))
+    def forward(self, x: torch.Tensor, keep_mask: torch.Tensor) -> torch.Tensor:
+        attention_branch = self.attention_norm(x + self.dropout(self.attention(x, x, keep_mask)))
         h = self.alpha * self.filter(x) + (1 - self.alpha) * attention_branch
-        return self.ffn_norm(h + self.ffn(h)), weights
+        return self.ffn_norm(h + self.ffn(h))
 
 
 class BSARec(SequentialRecommender):
@@ -114,26 +110,11 @@ class BSARec(SequentialRecommender):
         self.layers = nn.ModuleList(BSARecLayer(config) for _ in range(config.num_blocks))
         self.init_weights()
 
-    def forward(
-        self,
-        item_seq: torch.Tensor,
-        return_attention: bool = False,
-        return_layer_inputs: bool = False,
-    ) -> torch.Tensor | EncoderOutput:
+    def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
         self.check_input(item_seq)
         valid = item_seq != 0
         keep_mask = attention_mask(valid, causal=True)
         x = self.embed(item_seq)
-        attention, inputs = [], []
         for layer in self.layers:
-            inputs.append(AttentionInput(x, x))
-            x, weights = layer(x, keep_mask, return_attention)
-            attention.append(weights)
-        hidden = x * valid.unsqueeze(-1).to(x.dtype)
-        if not (return_attention or return_layer_inputs):
-            return hidden
-        return EncoderOutput(
-            hidden,
-            attention if return_attention else None,
-            inputs if return_layer_inputs else None,
-        )
+            x = layer(x, keep_mask)
+        return x * valid.unsqueeze(-1).to(x.dtype)

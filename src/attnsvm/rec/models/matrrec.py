@@ -32,7 +32,7 @@ from torch import nn
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.nn.attention import attention_mask
-from attnsvm.rec.nn.blocks import EncoderOutput, TransformerBlock
+from attnsvm.rec.nn.blocks import TransformerBlock
 from attnsvm.rec.nn.dropout import Dropout
 
 SCANS = ("sequential", "parallel")
@@ -172,9 +172,9 @@ class MaTrRecLayer(nn.Module):
             "post",
         )
 
-    def forward(self, x, keep_mask, valid, return_weights: bool):
+    def forward(self, x, keep_mask, valid):
         x = self.mamba_norm(x + self.dropout(self.mamba(x, valid))) * valid
-        return self.transformer(x, keep_mask, return_weights)
+        return self.transformer(x, keep_mask)
 
 
 class MaTrRec(SequentialRecommender):
@@ -192,24 +192,11 @@ class MaTrRec(SequentialRecommender):
         for layer in self.layers:
             layer.mamba.reset_dt()
 
-    def forward(
-        self,
-        item_seq: torch.Tensor,
-        return_attention: bool = False,
-        return_layer_inputs: bool = False,
-    ) -> torch.Tensor | EncoderOutput:
+    def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
         self.check_input(item_seq)
         keep_mask = attention_mask(item_seq != 0, causal=True)
         x = self.embed(item_seq)
         valid = (item_seq != 0).unsqueeze(-1).to(x.dtype)
-        attention, inputs = [], []
         for layer in self.layers:
-            x, weights, layer_input = layer(x, keep_mask, valid, return_attention)
-            x = x * valid
-            attention.append(weights)
-            inputs.append(layer_input)
-        if not (return_attention or return_layer_inputs):
-            return x
-        return EncoderOutput(
-            x, attention if return_attention else None, inputs if return_layer_inputs else None
-        )
+            x = layer(x, keep_mask, valid) * valid
+        return x

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
-from attnsvm.rec.nn.blocks import EncoderOutput, TransformerEncoder
 
 
 @dataclass(frozen=True)
@@ -39,33 +38,15 @@ class SASRec(SequentialRecommender):
         config = config or SASRecConfig()
         super().__init__(num_items, config)
         self.build_embeddings(layer_norm=False)
-        self.encoder = TransformerEncoder(
-            config.hidden_size,
-            config.num_blocks,
-            config.num_heads,
-            config.ffn_size,
-            causal=True,
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            activation=config.activation,
-            norm=config.norm,
-            attention_output_dropout=config.attention_output_dropout,
+        self.encoder = self.build_encoder(
+            causal=True, attention_output_dropout=config.attention_output_dropout
         )
         self.init_weights()
 
-    def forward(
-        self,
-        item_seq: torch.Tensor,
-        return_attention: bool = False,
-        return_layer_inputs: bool = False,
-    ) -> torch.Tensor | EncoderOutput:
+    def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
         self.check_input(item_seq)
-        out = self.encoder(
-            self.embed(item_seq), item_seq != 0, return_attention, return_layer_inputs
-        )
-        return out if return_attention or return_layer_inputs else out.hidden
+        return self.encoder(self.embed(item_seq), item_seq != 0)
 
     def last_hidden(self, item_seq: torch.Tensor) -> torch.Tensor:
         self.check_input(item_seq)
-        out = self.encoder(self.embed(item_seq), item_seq != 0, last_query_only=True)
-        return out.hidden[:, -1]
+        return self.encoder(self.embed(item_seq), item_seq != 0, last_query_only=True)[:, -1]

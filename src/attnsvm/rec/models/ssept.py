@@ -28,7 +28,6 @@ import torch
 from torch import nn
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
-from attnsvm.rec.nn.blocks import EncoderOutput, TransformerEncoder
 from attnsvm.rec.nn.dropout import Dropout
 from attnsvm.rec.nn.embedding import ItemEmbedding
 from attnsvm.rec.nn.sse import StochasticSharedEmbedding
@@ -79,17 +78,7 @@ class SSEPT(SequentialRecommender):
         self.item_sse = StochasticSharedEmbedding(num_items, config.item_sse)
         self.user_sse = StochasticSharedEmbedding(config.num_users, config.user_sse)
         self.dropout = Dropout(config.dropout)
-        self.encoder = TransformerEncoder(
-            dim,
-            config.num_blocks,
-            config.num_heads,
-            config.ffn_size,
-            causal=True,
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            activation=config.activation,
-            norm=config.norm,
-        )
+        self.encoder = self.build_encoder(causal=True)
         self.init_weights()
 
     def user_rows(self, users: torch.Tensor | None, batch: int, device) -> torch.Tensor:
@@ -113,30 +102,11 @@ class SSEPT(SequentialRecommender):
             x = x + self.position.weight[self.config.max_len - length :]
         return self.dropout(x) * (item_seq != 0).unsqueeze(-1).to(x.dtype)
 
-    def forward(
-        self,
-        item_seq: torch.Tensor,
-        users: torch.Tensor | None = None,
-        return_attention: bool = False,
-        return_layer_inputs: bool = False,
-    ) -> torch.Tensor | EncoderOutput:
+    def forward(self, item_seq: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
         self.check_input(item_seq)
-        out = self.encoder(
-            self.embed(item_seq, users), item_seq != 0, return_attention, return_layer_inputs
-        )
-        return out if return_attention or return_layer_inputs else out.hidden
+        return self.encoder(self.embed(item_seq, users), item_seq != 0)
 
     def output_embedding(self) -> torch.Tensor:
         items = self.items.output_weight()
         user_part = self.candidate_user_part.expand(items.shape[0], -1)
         return torch.cat([items, user_part], dim=1)
-
-    def score_last(self, item_seq: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
-        check_item_ids(item_seq, self.num_items)
-        return self.logits(self(item_seq, users)[:, -1])
-
-
-def check_item_ids(item_seq: torch.Tensor, num_items: int) -> None:
-    """The id check of ``SequentialRecommender.score_last``, for models with extra inputs."""
-    if item_seq.numel() and (item_seq.min() < 0 or item_seq.max() > num_items):
-        raise ValueError(f"item ids must lie in 0..{num_items} (0 = padding)")

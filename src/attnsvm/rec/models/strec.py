@@ -29,9 +29,7 @@ import torch
 from torch import nn
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
-from attnsvm.rec.models.ssept import check_item_ids
 from attnsvm.rec.nn.attention import MultiHeadAttention
-from attnsvm.rec.nn.blocks import AttentionInput, EncoderOutput
 from attnsvm.rec.nn.dropout import Dropout
 from attnsvm.rec.nn.ffn import PointwiseFFN
 
@@ -85,7 +83,7 @@ class STRecLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(dim)
         self.dropout = Dropout(config.dropout)
 
-    def forward(self, x, positions, gaps, valid, k: int, return_weights: bool):
+    def forward(self, x, positions, gaps, valid, k: int):
         kept = self.selector(gaps, valid, k)
         gather = kept.unsqueeze(-1).expand(-1, -1, x.shape[-1])
         queries = torch.gather(x, 1, gather)
@@ -94,10 +92,9 @@ class STRecLayer(nn.Module):
         # a query may always read itself, so a padding query kept for want of events stays finite
         itself = positions[:, None, :] == query_positions[:, :, None]
         keep_mask = (earlier & valid[:, None, :]) | itself
-        attended, weights = self.attention(queries, x, keep_mask[:, None], return_weights)
+        attended = self.attention(queries, x, keep_mask[:, None], key_positions=positions)
         out = self.attention_norm(queries + self.dropout(attended))
-        out = self.ffn_norm(out + self.ffn(out))
-        return out, kept, weights, AttentionInput(queries, x, positions)
+        return self.ffn_norm(out + self.ffn(out)), kept
 
 
 class STRec(SequentialRecommender):
@@ -113,12 +110,8 @@ class STRec(SequentialRecommender):
         self.init_weights()
 
     def forward(
-        self,
-        item_seq: torch.Tensor,
-        timestamps: torch.Tensor | None = None,
-        return_attention: bool = False,
-        return_layer_inputs: bool = False,
-    ) -> torch.Tensor | EncoderOutput:
+        self, item_seq: torch.Tensor, timestamps: torch.Tensor | None = None
+    ) -> torch.Tensor:
         self.check_input(item_seq)
         if timestamps is None or timestamps.shape != item_seq.shape:
             got = None if timestamps is None else tuple(timestamps.shape)
@@ -131,20 +124,7 @@ class STRec(SequentialRecommender):
         valid = item_seq != 0
         gaps = (timestamps - timestamps[:, -1:]).to(x.dtype) / self.config.time_scale
         positions = torch.arange(length, device=item_seq.device).expand(batch, -1)
-        attention, inputs = [], []
         for layer, k in zip(self.layers, query_counts(length, len(self.layers)), strict=True):
-            x, kept, weights, layer_input = layer(x, positions, gaps, valid, k, return_attention)
+            x, kept = layer(x, positions, gaps, valid, k)
             positions, gaps, valid = (torch.gather(t, 1, kept) for t in (positions, gaps, valid))
-            attention.append(weights)
-            inputs.append(layer_input)
-        if not (return_attention or return_layer_inputs):
-            return x
-        return EncoderOutput(
-            x, attention if return_attention else None, inputs if return_layer_inputs else None
-        )
-
-    def score_last(
-        self, item_seq: torch.Tensor, timestamps: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        check_item_ids(item_seq, self.num_items)
-        return self.logits(self(item_seq, timestamps)[:, -1])
+        return x

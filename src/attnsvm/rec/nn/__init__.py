@@ -1,12 +1,14 @@
 """Shared neural blocks for sequential recommenders: embeddings, attention, blocks, FFN, losses."""
 
-from attnsvm.rec.nn.attention import MultiHeadAttention, attention_mask, reference_attention
-from attnsvm.rec.nn.blocks import (
+from attnsvm.rec.nn.attention import (
     AttentionInput,
-    EncoderOutput,
-    TransformerBlock,
-    TransformerEncoder,
+    AttentionRecorder,
+    MultiHeadAttention,
+    attention_mask,
+    record_attention,
+    reference_attention,
 )
+from attnsvm.rec.nn.blocks import TransformerBlock, TransformerEncoder
 from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
 from attnsvm.rec.nn.ffn import PointwiseFFN
 from attnsvm.rec.nn.losses import (
@@ -19,7 +21,7 @@ from attnsvm.rec.nn.losses import (
 
 __all__ = [
     "AttentionInput",
-    "EncoderOutput",
+    "AttentionRecorder",
     "ItemEmbedding",
     "MultiHeadAttention",
     "PointwiseFFN",
@@ -31,6 +33,7 @@ __all__ = [
     "full_ce_loss",
     "gbce_beta",
     "gbce_loss",
+    "record_attention",
     "reference_attention",
     "sampled_softmax_loss",
 ]

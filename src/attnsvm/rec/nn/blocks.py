@@ -14,8 +14,6 @@ readout, the model of the Att-SVM theory.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import nn
 
@@ -24,22 +22,6 @@ from attnsvm.rec.nn.dropout import Dropout
 from attnsvm.rec.nn.ffn import PointwiseFFN
 
 NORM_LAYOUTS = ("pre", "post", "sasrec")
-
-
-class AttentionInput(NamedTuple):
-    """What a layer's attention consumed: queries from ``query``, keys and values from ``key``."""
-
-    query: torch.Tensor  # (B, L, D)
-    key: torch.Tensor  # (B, L, D); the same tensor as query for "pre" and "post"
-    # (B, n) window column of each key where the keys are a per-row subset of the window
-    # (STRec's later layers); None: the keys are the whole window, in order
-    key_positions: torch.Tensor | None = None
-
-
-class EncoderOutput(NamedTuple):
-    hidden: torch.Tensor  # (B, L, D), zero at padding positions
-    attention: list[torch.Tensor] | None  # per layer (B, H, L, L), from the reference path
-    layer_inputs: list[AttentionInput] | None  # per layer
 
 
 class TransformerBlock(nn.Module):
@@ -67,12 +49,8 @@ class TransformerBlock(nn.Module):
         self.dropout = Dropout(dropout if attention_output_dropout else 0.0)
 
     def forward(
-        self,
-        x: torch.Tensor,
-        keep_mask: torch.Tensor,
-        return_weights: bool = False,
-        last_query_only: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, AttentionInput]:
+        self, x: torch.Tensor, keep_mask: torch.Tensor, last_query_only: bool = False
+    ) -> torch.Tensor:
         """``last_query_only``: the block's output at the last position only, (B, 1, D); every
         position still serves as a key (what scoring the next item needs of the last block)."""
         queries = slice(-1, None) if last_query_only else slice(None)
@@ -80,22 +58,17 @@ class TransformerBlock(nn.Module):
             keep_mask = keep_mask[..., -1:, :]
         if self.norm == "pre":
             h = self.attention_norm(x)
-            attended, weights = self.attention(h[:, queries], h, keep_mask, return_weights)
-            inputs = AttentionInput(h, h)
+            attended = self.attention(h[:, queries], h, keep_mask)
             x = x[:, queries] + self.dropout(attended)
-            x = x + self.feed_forward(self.ffn_norm(x))
-        elif self.norm == "post":
-            attended, weights = self.attention(x[:, queries], x, keep_mask, return_weights)
-            inputs = AttentionInput(x, x)
+            return x + self.feed_forward(self.ffn_norm(x))
+        if self.norm == "post":
+            attended = self.attention(x[:, queries], x, keep_mask)
             x = self.attention_norm(x[:, queries] + self.dropout(attended))
-            x = self.ffn_norm(x + self.feed_forward(x))
-        else:
-            q = self.attention_norm(x)
-            attended, weights = self.attention(q[:, queries], x, keep_mask, return_weights)
-            inputs = AttentionInput(q, x)
-            x = self.ffn_norm(q[:, queries] + self.dropout(attended))
-            x = x + self.feed_forward(x)
-        return x, weights, inputs
+            return self.ffn_norm(x + self.feed_forward(x))
+        q = self.attention_norm(x)
+        attended = self.attention(q[:, queries], x, keep_mask)
+        x = self.ffn_norm(q[:, queries] + self.dropout(attended))
+        return x + self.feed_forward(x)
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         """``FFN(x)``, zero when the block has none."""
@@ -103,66 +76,32 @@ class TransformerBlock(nn.Module):
 
 
 class TransformerEncoder(nn.Module):
-    """A stack of blocks over embedded sequences; ``causal`` fixes the attention direction."""
+    """A stack of blocks over embedded sequences; ``causal`` fixes the attention direction.
 
-    def __init__(
-        self,
-        dim: int,
-        num_blocks: int,
-        num_heads: int,
-        ffn_size: int,
-        causal: bool,
-        dropout: float = 0.0,
-        attention_dropout: float = 0.0,
-        activation: str = "relu",
-        norm: str = "pre",
-        attention_output_dropout: bool = True,
-    ) -> None:
+    The blocks are built by the caller (``SequentialRecommender.build_encoder`` from a model's
+    config) and share one layout; a final LayerNorm follows unless the layout is "post"."""
+
+    def __init__(self, blocks: list[TransformerBlock], causal: bool) -> None:
         super().__init__()
+        if not blocks or len({block.norm for block in blocks}) != 1:
+            raise ValueError("a TransformerEncoder needs one or more blocks of one layout")
         self.causal = causal
-        self.blocks = nn.ModuleList(
-            TransformerBlock(
-                dim,
-                num_heads,
-                ffn_size,
-                dropout,
-                attention_dropout,
-                activation,
-                norm,
-                attention_output_dropout,
-            )
-            for _ in range(num_blocks)
-        )
-        self.final_norm = nn.LayerNorm(dim) if norm != "post" else nn.Identity()
+        self.blocks = nn.ModuleList(blocks)
+        dim = blocks[0].attention_norm.normalized_shape[0]
+        self.final_norm = nn.LayerNorm(dim) if blocks[0].norm != "post" else nn.Identity()
 
     def forward(
-        self,
-        x: torch.Tensor,
-        valid: torch.Tensor,
-        return_attention: bool = False,
-        return_layer_inputs: bool = False,
-        last_query_only: bool = False,
-    ) -> EncoderOutput:
-        """``x`` (B, L, D) embedded inputs, ``valid`` (B, L) True at non-padding positions.
+        self, x: torch.Tensor, valid: torch.Tensor, last_query_only: bool = False
+    ) -> torch.Tensor:
+        """Hidden states (B, L, D), zero at padding, of ``x`` (B, L, D) embedded inputs, ``valid``
+        (B, L) True at non-padding positions.
 
         ``last_query_only``: the hidden state of the last position only, (B, 1, D). The last
         block then computes one query instead of L (earlier blocks still need every position,
         as keys of the next): about half the work of a 2-block model when scoring."""
         keep_mask = attention_mask(valid, self.causal)
-        attention: list[torch.Tensor] = []
-        layer_inputs: list[AttentionInput] = []
         for index, block in enumerate(self.blocks):
-            last = last_query_only and index == len(self.blocks) - 1
-            x, weights, inputs = block(x, keep_mask, return_attention, last)
-            if return_attention:
-                attention.append(weights)
-            if return_layer_inputs:
-                layer_inputs.append(inputs)
+            x = block(x, keep_mask, last_query_only and index == len(self.blocks) - 1)
         if last_query_only:
             valid = valid[:, -1:]
-        hidden = self.final_norm(x) * valid.unsqueeze(-1).to(x.dtype)
-        return EncoderOutput(
-            hidden,
-            attention if return_attention else None,
-            layer_inputs if return_layer_inputs else None,
-        )
+        return self.final_norm(x) * valid.unsqueeze(-1).to(x.dtype)

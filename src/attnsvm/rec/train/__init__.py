@@ -1,23 +1,31 @@
-"""Training: the loop, run directories and checkpoints, DDP, callbacks, and using finished runs."""
+"""Training: the loop, run directories and checkpoints, DDP, callbacks, and using finished runs.
 
-from attnsvm.rec.train.callbacks import AttentionSnapshots, Callback, EpochState
-from attnsvm.rec.train.checkpoint import RunResult
-from attnsvm.rec.train.demo import demo_train
-from attnsvm.rec.train.loop import TrainingError
-from attnsvm.rec.train.runs import LoadedRun, evaluate_run, load_model, load_run, recommend
-from attnsvm.rec.train.trainer import train
+The names below load their module on first use, so that reading a finished run (``runs``, as
+the lens does) never imports the trainer.
+"""
 
-__all__ = [
-    "AttentionSnapshots",
-    "Callback",
-    "EpochState",
-    "LoadedRun",
-    "RunResult",
-    "TrainingError",
-    "demo_train",
-    "evaluate_run",
-    "load_model",
-    "load_run",
-    "recommend",
-    "train",
-]
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "AttentionSnapshots": "callbacks",
+    "Callback": "callbacks",
+    "EpochState": "callbacks",
+    "RunResult": "checkpoint",
+    "demo_train": "demo",
+    "TrainingError": "loop",
+    "LoadedRun": "runs",
+    "evaluate_run": "runs",
+    "load_model": "runs",
+    "load_run": "runs",
+    "recommend": "runs",
+    "train": "trainer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
