@@ -4,9 +4,9 @@ Each pipeline does the same work on the same staged file: load it, apply the sta
 (ML-1M: users and items with < 5 interactions removed in one pass; Beauty: iterative 5-core, a
 no-op on the S3-Rec file), split leave-one-out (valid/test stages included), and produce one
 epoch of training batches of every prefix → next item (RecBole's sequential "data
-augmentation"; attnsvm's ``last_position_batches``), batch size 256, left-padded to ``max_len``.
-attnsvm's SASRec-style ``causal_batches`` epoch is timed too (reported, not in the ratio).
-Each pipeline runs in a fresh subprocess, so its peak RSS is its own; the best of
+augmentation"; attnsvm's ``last`` objective through ``make_batch``), batch size 256,
+left-padded to ``max_len``. attnsvm's SASRec-style ``causal`` epoch is timed too (reported, not
+in the ratio). Each pipeline runs in a fresh subprocess, so its peak RSS is its own; the best of
 ``--repeats`` runs is reported. The end-to-end ratio is RecBole's total / attnsvm's total.
 
 RecBole and pandas live in their own virtual environment, never in the project's:
@@ -90,7 +90,9 @@ def _reference_step(batch, num_items: int) -> float:
 
 
 def run_attnsvm(path: str, max_len: int, iterative: bool, workdir: str) -> dict:
-    from attnsvm.rec.data.batches import causal_batches, last_position_batches
+    import numpy as np
+
+    from attnsvm.rec.data.batches import make_batch, make_examples
     from attnsvm.rec.data.readers import read_per_user
     from attnsvm.rec.data.splits import leave_one_out
 
@@ -102,17 +104,23 @@ def run_attnsvm(path: str, max_len: int, iterative: bool, workdir: str) -> dict:
     clock.lap("filter")
     split = leave_one_out(data)
     clock.lap("split")
-    batches = sum(
-        1
-        for _ in last_position_batches(split.train, max_len=max_len, batch_size=BATCH_SIZE, seed=0)
-    )
+
+    def epoch(objective: str) -> list:
+        """Every batch of one shuffled epoch of ``objective``'s examples, as the trainer cuts it."""
+        examples = make_examples(split.train, objective)
+        order = np.random.default_rng(0).permutation(len(examples))
+        return [
+            make_batch(split.train, examples, order[i : i + BATCH_SIZE], objective, max_len)
+            for i in range(0, len(order), BATCH_SIZE)
+        ]
+
+    batches = len(epoch("last"))
     clock.lap("epoch")
-    causal = sum(1 for _ in causal_batches(split.train, max_len=max_len, batch_size=BATCH_SIZE))
+    causal_epoch = epoch("causal")
+    causal = len(causal_epoch)
     clock.lap("causal epoch")
     peak = _peak_mib()  # before the reference step, whose model would dominate it
-    step = _reference_step(
-        next(causal_batches(split.train, max_len=max_len, batch_size=BATCH_SIZE)), split.num_items
-    )
+    step = _reference_step(causal_epoch[0], split.num_items)
     return {
         "stages": clock.stages,
         "batches": batches,

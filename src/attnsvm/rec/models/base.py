@@ -19,8 +19,11 @@ Inputs are ``item_seq`` LongTensors (B, L), left-padded with 0, internal item id
   (B, num_items + 1) for the item after the last position, column 0 (padding) = −∞.
 - ``extra_inputs`` names the keyword inputs beyond ``item_seq`` (the ``**extras``) that
   ``forward``, ``last_hidden`` and ``score_last`` take from the data: ``"users"`` (B,) internal
-  user ids, ``"timestamps"`` (B, L) event times aligned with ``item_seq``; ``extra_kwargs``
+  user ids, ``"timestamps"`` and ``"ratings"`` (B, L) aligned with ``item_seq``; ``extra_kwargs``
   picks them from what a batch has. The trainer and the evaluator pass exactly these.
+- Auxiliary losses: ``auxiliary_weights()`` names the model's extra loss terms with their
+  weights, ``auxiliary_losses`` computes them; the trainer adds ``weight · term`` (none by
+  default).
 - A min–max model (AC-TSR) returns its attack parameters from ``attack_parameters()`` and
   defines ``adversarial_step``; the trainer then trains every other parameter on the loss and
   calls ``adversarial_step`` after each step.
