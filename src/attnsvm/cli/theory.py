@@ -65,4 +65,5 @@ def run_all(
     for name in EXPERIMENTS:
         results[name] = run_experiment(name, quick=quick)
         _report(name, results[name], out / name)
-    console.print(summary_table(results, "attnsvm theory lab" + (" (quick)" if quick else "")))
+    title = "attnsvm theory lab" + (" (quick)" if quick else "")
+    console.print(summary_table(results, title, quick=quick))

@@ -87,27 +87,52 @@ def run(seeds: int = 1, *, steps: int = 2000, progress: bool = False) -> Experim
     )
 
 
+def _compress(points: np.ndarray, radius: float) -> np.ndarray:
+    """Points beyond ``radius`` pulled in along their own direction to ``radius (1 + ln(r /
+    radius))``: angles, and so every direction the figure is about, are kept exactly, while a
+    path that runs out to 300 no longer squeezes the tokens into a dot."""
+    r = np.linalg.norm(points, axis=-1, keepdims=True)
+    scale = np.where(r > radius, radius * (1 + np.log(np.maximum(r, radius) / radius)), r)
+    return points * np.divide(scale, r, out=np.ones_like(r), where=r > 0)
+
+
 def _plotter(paths):
+    from matplotlib.lines import Line2D
+
+    colors = ("tab:blue", "tab:orange")
+    legend = [
+        Line2D([], [], color=colors[0], marker="o", ls="", label="sequence 1: tokens x_1t"),
+        Line2D([], [], color=colors[1], marker="o", ls="", label="sequence 2: tokens x_2t"),
+        Line2D([], [], color="black", ls="-", label="W(k) z_i, GD on W"),
+        Line2D([], [], color="black", ls="--", label="K(k)Q(k)^T z_i, GD on (K,Q)"),
+        Line2D([], [], color="gray", ls=":", label="W^mm z_i (Frobenius Att-SVM)"),
+        Line2D([], [], color="gray", ls="-.", label="W^mm_* z_i (nuclear Att-SVM)"),
+    ]
+
     def plot(fig):
         axes = fig.subplots(1, len(paths))
         for ax, (name, (X, Z, W, KQ, fro, nuc)) in zip(axes, paths.items(), strict=True):
-            colors = ("tab:blue", "tab:orange")
+            radius = 1.5 * np.abs(X).max()
+            farthest = max(np.abs(np.einsum("kde,ne->knd", t.W[0], Z)).max() for t in (W, KQ))
+            lim = 1.05 * radius * (1 + np.log(max(farthest, radius) / radius))
             for i, color in enumerate(colors):
                 ax.scatter(X[i, :, 0], X[i, :, 1], color=color, s=25, zorder=3)
                 for traj, ls in ((W, "-"), (KQ, "--")):
-                    path = np.einsum("kde,e->kd", traj.W[0], Z[i])
+                    path = _compress(np.einsum("kde,e->kd", traj.W[0], Z[i]), radius)
                     ax.plot(path[:, 0], path[:, 1], ls=ls, color=color, lw=1.5)
                 for ref, ls in ((fro, ":"), (nuc, "-.")):
-                    ray = 100 * ref @ Z[i] / np.linalg.norm(ref @ Z[i])
+                    ray = 2 * lim * ref @ Z[i] / np.linalg.norm(ref @ Z[i])
                     ax.plot([0, ray[0]], [0, ray[1]], ls=ls, color="gray", lw=1)
-            lim = 1.05 * max(np.abs(np.einsum("kde,ne->knd", t.W[0], Z)).max() for t in (W, KQ))
             ax.set(
                 xlim=(-lim, lim),
                 ylim=(-lim, lim),
                 aspect="equal",
-                title=f"{name}: W(k)z_i solid, KQ^T(k)z_i dashed;\nW^mm z_i dotted, "
-                "W^mm_* z_i dash-dot",
+                xlabel="first coordinate",
+                ylabel="second coordinate",
+                title=f"{name}: paths of W z_i from W(0) = 0\n"
+                f"(radius log-compressed beyond {radius:.2g}; directions exact)",
             )
-            ax.title.set_fontsize(8)
+            ax.title.set_fontsize(9)
+        axes[-1].legend(handles=legend, fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
 
     return plot

@@ -31,9 +31,13 @@ NOTES = [
     "checked and infeasible selections are counted, not dropped.",
     "The init is PyTorch's nn.Linear law from a generator seeded 10000 + seed; the notebook "
     "uses the unseeded global RNG, so runs are comparable in distribution, not bit for bit.",
-    "The loss is the stable softplus form and gradients are closed-form and batched over seeds; "
-    "trajectories agree with autograd until the softmax saturates, then diverge chaotically "
-    "(theory.md §5), so the comparison is statistical.",
+    "The loss is the stable softplus form and gradients are closed-form (a pairwise form that "
+    "keeps the cancellation in g - sum(s g) out of float64) and batched over seeds. Against a "
+    "60-digit reference they are accurate to about 4e-15 at every step of a 1,000-step run, "
+    "while autograd's softmax backward, as the notebook computes it, loses precision once the "
+    "softmax saturates (relative error 2e-2 at step 1,000 on instance 0; "
+    "tests/theory/test_attention.py). The notebook's trajectories therefore drift from the "
+    "exact ones, and the comparison with them is statistical.",
 ]
 
 

@@ -204,18 +204,27 @@ def _plotter(by_d, scatter, its):
             return
         fig.set_size_inches(3.2 * len(dims) + 1, 6.5)
         axes = fig.subplots(2, len(dims), squeeze=False)
-        styles = {"svmeq": ("-", "SVMeq"), "dir": (":", "W^mm(O)"), "one_token": ("--", "1token")}
+        styles = {
+            "svmeq": ("-", "SVM-equivalence W^mm(O) + W^fin"),
+            "dir": (":", "W^mm(O) direction only"),
+            "one_token": ("--", "1-token Att-SVM"),
+        }
         for col, d in enumerate(dims):
             top, bottom = axes[0, col], axes[1, col]
             for k, (ls, label) in styles.items():
                 top.semilogy(its, by_d[d]["mean_curve"][k], ls=ls, color="k", label=label)
-            top.set(title=f"d = {d} ({by_d[d]['accepted']} runs)", xlabel="iteration")
+            top.set(title=f"d = {d}: mean over {by_d[d]['accepted']} runs", xlabel="GD iteration")
             masked = [max(r["max_masked_prob"], 5e-18) for r in scatter[d]]
             err = [r["one_minus_corr"]["svmeq"][-1] for r in scatter[d]]
-            bottom.loglog(masked, err, ".", ms=3)
-            bottom.set(xlabel="max masked prob", xlim=(5e-18, 1e-6))
-        axes[0, 0].set_ylabel("1 - corr(W_GD, .)")
-        axes[1, 0].set_ylabel("1 - corr(W_GD(2000), SVMeq)")
+            bottom.loglog(masked, err, "o", ms=4)
+            bottom.set(
+                title=f"d = {d}: one dot per run ({len(masked)})",
+                xlabel="largest attention left on a masked token\n(0 drawn at 5e-18)",
+                xlim=(5e-18, 1e-6),
+            )
+            bottom.title.set_fontsize(9)
+        axes[0, 0].set_ylabel("1 - corr(W_GD(k), reference)")
+        axes[1, 0].set_ylabel("1 - corr(W_GD(final), SVMeq)")
         axes[0, 0].legend(fontsize=7)
 
     return plot
