@@ -54,7 +54,14 @@ def test_report_has_every_part(tiny_run):
             assert solution["kind"] in ("hard", "soft")
             assert -1.0 <= solution["correlation"] <= 1.0
     page = report.read_text()
-    assert "Film number" in page and "http://" not in page and "https://" not in page
+    assert "Film number" in page
+    # nothing is fetched: every resource is inline (the paper is a link the reader may follow)
+    links = re.findall(r"(?:src|href)='([^']*)'", page)
+    assert all(link.startswith(("data:", "https://arxiv.org/")) for link in links), links
+    assert "<link" not in page and "<script src" not in page
+    # the page explains itself: which run, every term, a caption per figure
+    assert "How to read this report" in page and "NDCG@10" in page
+    assert page.count("<figcaption>") == 4 * 4 and "W^mm_F" in page
     images = re.findall(r"src='data:image/png;base64,", page)
     assert len(images) == len(list(report.parent.glob("*.png"))) == 4 * 4
     assert not list(report.parent.glob(".*tmp"))  # nothing half-written left behind
@@ -155,3 +162,34 @@ def test_report_runs_on_every_attention_model_of_the_zoo(name, tiny_run, tmp_pat
     assert lens["score_kinds"] == (["linear", "counterfactual"] if linear else ["counterfactual"])
     for head in lens["heads"]:
         assert sum(head["scores"]["counterfactual"]["classes"].values()) == 6
+
+
+def test_the_report_on_planted_data_says_how_often_the_trigger_is_selected(tmp_path):
+    """On the built-in planted data the report states the trigger's recovery rate, and it is the
+    rate a direct count from the generator's ground truth gives."""
+    import torch
+
+    from attnsvm.rec.data.synthetic import builtin_planted
+    from attnsvm.rec.train import train
+
+    torch.set_num_threads(1)
+    model = {"hidden_size": 16, "ffn_size": 16, "num_blocks": 1, "dropout": 0.0}
+    config = RunConfig(
+        model=ModelChoice("sasrec+", model | {"attention_dropout": 0.0}),
+        data=DataConfig(dataset="synthetic", max_len=20),
+        train=TrainConfig(epochs=2, batch_size=64, lr=3e-3, keep="last", steps_per_epoch=5),
+        eval=EvalConfig(ks=(1, 10)),
+    )
+    run_dir = train(config, tmp_path / "run", show_progress=False).run_dir
+    report = write_report(run_dir, tmp_path / "lens", sequences=30, progress=False)
+    lens = json.loads((report.parent / "lens.json").read_text())
+    data, truth = builtin_planted()
+    users = np.array(lens["users"])
+    selected = np.array(lens["heads"][0]["per_sequence"]["selected"])
+    history = data.to_sequences()
+    # a window of 20 holds the 19-item test history from column 1
+    chosen = np.array([history.row(u)[p - 1] for u, p in zip(users, selected, strict=True)])
+    planted = truth.planted[users]
+    expected = float(np.mean(chosen[planted] == truth.trigger_item[users][planted]))
+    assert lens["planted_trigger_recovery"] == {"L0H0": pytest.approx(expected)}
+    assert "Planted trigger" in report.read_text()

@@ -5,6 +5,7 @@
 3. the lens report of that model.
 """
 
+import json
 from pathlib import Path
 
 import typer
@@ -37,4 +38,10 @@ def register(app: typer.Typer) -> None:
         console.print(f"  run directory: {run_dir}")
         console.rule("3. The lens: the trained attention read as an Att-SVM")
         report = write_report(run_dir, out / "lens", sequences=200)
+        lens = json.loads((report.parent / "lens.json").read_text())
+        for head, share in (lens.get("planted_trigger_recovery") or {}).items():
+            console.print(
+                f"  planted trigger found: head {head} attends to it in {share:.0%} of 200 test "
+                "sequences"
+            )
         console.print(f"  lens report: {report.resolve()}")

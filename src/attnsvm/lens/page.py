@@ -18,7 +18,9 @@ SHOWN_HISTORY = 25  # most recent items shown per example user (plus selected/op
 STYLE = """body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse}
 td,th{padding:2px 8px;border-bottom:1px solid #ddd;font-size:13px;vertical-align:middle}
 .bar{display:inline-block;height:10px;background:#3b7dd8;margin-right:6px;vertical-align:middle}
-tr.mark{background:#fff4cc}.user{margin-bottom:2em}img{max-width:100%}pre{font-size:12px}"""
+tr.mark{background:#fff4cc}.user{margin-bottom:2em}img{max-width:100%}pre{font-size:12px}
+table.header th{text-align:left}dt{font-weight:bold;margin-top:.4em}dd{margin-left:1.5em}
+figcaption{font-size:13px;color:#333;margin-bottom:1.5em}.planted{background:#e8f4e8;padding:8px}"""
 
 
 def examples_html(result: LensResult, titles: dict[str, str]) -> str:
@@ -60,16 +62,136 @@ def examples_html(result: LensResult, titles: dict[str, str]) -> str:
     return "".join(parts)
 
 
+PAPER = "https://arxiv.org/abs/2308.16898"
+
+#: What each term of the page means, in plain words, with the paper's section.
+GLOSSARY = (
+    (
+        "selected token",
+        "the history item the head's last query attends to most (argmax of its "
+        "attention weights): the token the attention 'chooses'.",
+    ),
+    (
+        "token score",
+        "how much attending to that one history item would raise the logit of the "
+        "item the user really chose next. Linear: the head's direct path, computed in closed form "
+        "(the paper's γ = Yᵢ·vᵀxᵢₜ, §2.1). Counterfactual: the model run again with all of this "
+        "head's attention forced onto that item.",
+    ),
+    (
+        "optimal token",
+        "the item with the highest score. The paper (Theorem 2, §2.3) shows that "
+        "gradient descent on attention converges towards selecting it.",
+    ),
+    (
+        "global / local / neither",
+        "the selected token is the optimal one (global); it scores "
+        "higher than its SVM-neighbours, the tokens whose max-margin constraints are active "
+        "(local: a locally optimal token, Definition 2, §2.5, where gradient descent can also "
+        "settle); or neither.",
+    ),
+    (
+        "W",
+        "the head's key-query matrix W = W_K W_Qᵀ / √d_head: the attention logit of item x for "
+        "query z is xᵀ W z.",
+    ),
+    (
+        "W^mm_F, W^mm_*",
+        "the Att-SVM solutions (§2.2, §3): the smallest W in Frobenius norm (F) or "
+        "nuclear norm (*) that makes every sequence's selected token beat each other token by "
+        "a margin of 1. The paper proves that the learned W's direction converges to W^mm_F "
+        "when W is trained directly, and to W^mm_* when it is trained as the product W_K W_Qᵀ.",
+    ),
+    (
+        "corr",
+        "the correlation (cosine) between the head's W and W^mm: 1 means the head attends "
+        "like the max-margin separator of its own choices.",
+    ),
+    (
+        "rank",
+        "the rank of W^mm: the nuclear-norm solution is low-rank, as the paper predicts for "
+        "the (K, Q) parameterisation.",
+    ),
+    (
+        "margins",
+        "per (sequence, other token) pair, (x_selected − x_other)ᵀ W z: how clearly the "
+        "head prefers its choice; the Att-SVM makes the smallest of them 1.",
+    ),
+)
+
+#: A caption per figure kind (the name's suffix after the head tag).
+CAPTIONS = {
+    "attention_vs_score.png": "Each dot is one history item of one sampled sequence: its "
+    "attention weight against its token score. Attention that follows the score puts the "
+    "high-scoring items high.",
+    "spectra.png": "Singular values of the head's W beside those of W^mm_F and W^mm_*: how many "
+    "directions the head uses, against the max-margin solutions.",
+    "margins.png": "The distribution of the head's margins (x_selected − x_other)ᵀ W z over all "
+    "pairs, scaled as the Att-SVM scales them; positive means the choice wins.",
+    "correlation_over_epochs.png": "corr(W, W^mm) of the head's W at each training epoch (from "
+    "the AttentionSnapshots callback): the paper's convergence in direction, seen in training.",
+}
+
+
+def _caption(name: str) -> str:
+    tag, _, kind = name.partition("_")
+    return f"{tag}: {CAPTIONS.get(kind, kind)}"
+
+
+def _header(info: dict) -> str:
+    """Which run the page describes: directory, model, data, training, test metrics."""
+    metrics = info.get("test", {})
+    shown = ", ".join(
+        f"{name} {metrics[name]:.4f}" for name in ("HR@10", "NDCG@10", "MRR@10") if name in metrics
+    )
+    rows = [
+        ("run", info["run"]),
+        ("model", info["model"]),
+        ("data", f"{info['dataset']} ({info.get('protocol', 'split unknown')})"),
+        (
+            "training",
+            f"{info.get('epochs', '?')} epochs, weights of epoch {info.get('best_epoch', '?')}",
+        ),
+        ("test", shown or "no metrics.json"),
+    ]
+    cells = "".join(f"<tr><th>{k}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<table class='header'>{cells}</table>"
+
+
+def _recovery(summary: dict) -> str:
+    recovery = summary.get("planted_trigger_recovery")
+    if not recovery:
+        return ""
+    parts = ", ".join(f"{head} {share:.0%}" for head, share in recovery.items())
+    return (
+        "<p class='planted'><b>Planted trigger:</b> this is the built-in planted data, where the "
+        "next item is decided by one earlier trigger item. The attention selects the trigger in "
+        f"{parts} of the sampled test sequences (a random choice would hit it about once per "
+        "history length).</p>"
+    )
+
+
+def _glossary() -> str:
+    items = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in GLOSSARY)
+    return (
+        "<details open><summary>How to read this report</summary><p>The paper "
+        f"<a href='{PAPER}'>Transformers as Support Vector Machines</a> (Tarzanagh, Li, "
+        "Thrampoulidis, Oymak 2023) shows that a trained attention layer behaves like a "
+        "hard-margin SVM that separates the token it selects from the others. This page reads "
+        f"the run's attention heads that way.</p><dl>{items}</dl></details>"
+    )
+
+
 def _head_rows(summary: dict) -> str:
     rows = []
     for head in summary["heads"]:
         tag = f"L{head['layer']}H{head['head']}"
         svm = head["svm"]["selected"]
         cells = [f"{tag}", f"{head['attention_on_selected'].get('median', float('nan')):.3f}"]
-        for name, info in head["scores"].items():
+        for info in head["scores"].values():
             cells.append(
-                f"{name}: {info['selected_is_optimal']:.1%} "
-                f"(g/l/n {info['classes']['global']}/{info['classes']['local']}/"
+                f"{info['selected_is_optimal']:.1%} "
+                f"({info['classes']['global']} / {info['classes']['local']} / "
                 f"{info['classes']['neither']})"
             )
         for norm in ("frobenius", "nuclear"):
@@ -81,22 +203,33 @@ def _head_rows(summary: dict) -> str:
     return "".join(rows)
 
 
-def report_html(summary: dict, images: dict[str, bytes], examples: str) -> str:
-    """The page: ``summary`` (``LensResult.summary``), ``images`` (name → PNG), ``examples``."""
+def report_html(summary: dict, images: dict[str, bytes], examples: str, info: dict) -> str:
+    """The page: ``summary`` (``LensResult.summary``), ``images`` (name → PNG), ``examples``,
+    ``info`` (the run: model, dataset, epochs, test metrics)."""
     figures = "".join(
         f"<figure><img alt='{html.escape(n)}' src='data:image/png;base64,"
-        f"{base64.b64encode(b).decode()}'><figcaption>{html.escape(n)}</figcaption></figure>"
+        f"{base64.b64encode(b).decode()}'><figcaption>{html.escape(_caption(n))}</figcaption>"
+        "</figure>"
         for n, b in images.items()
     )
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in summary["notes"])
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>attnsvm lens</title>"
-        f"<style>{STYLE}</style></head><body><h1>The lens: {html.escape(summary['run'])}</h1>"
-        f"<p>{summary['sequences']} test sequences, model {html.escape(summary['model'])}. "
-        "Per head: median attention on the selected token; how often the selected token is "
-        "optimal (global / only local / neither); correlation of the head's W with the Att-SVM "
-        "of its selected tokens.</p><table><tr><th>head</th><th>attention</th>"
-        + "".join(f"<th>{html.escape(n)} score</th>" for n in summary["score_kinds"])
+        f"<style>{STYLE}</style></head><body><h1>The lens: {html.escape(info['model'])} on "
+        f"{html.escape(info['dataset'])}</h1>"
+        + _header(info)
+        + _recovery(summary)
+        + _glossary()
+        + f"<h2>Heads</h2><p>{summary['sequences']} sampled test sequences. Per head: the median "
+        "attention weight on the selected token; for each token score, how often the selected "
+        "token is the optimal one, and the counts of selected tokens that are globally optimal "
+        "/ only locally optimal / neither; the correlation of the head's W with the Att-SVM "
+        "solutions of its selected tokens (kind of solution, rank).</p>"
+        "<table><tr><th>head</th><th>attention on selected</th>"
+        + "".join(
+            f"<th>{html.escape(n)} score: selected is optimal (global / local / neither)</th>"
+            for n in summary["score_kinds"]
+        )
         + "<th>corr W^mm_F</th><th>corr W^mm_*</th></tr>"
         + _head_rows(summary)
         + "</table>"

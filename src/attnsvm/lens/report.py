@@ -43,11 +43,27 @@ def write_report(
     for analysis, view, scores in zip(result.analyses, result.views, result.scores, strict=True):
         images.update(head_plots(analysis, view, scores))
     summary = result.summary(title_path)
+    info = run_info(result)
     out = Path(out_dir) if out_dir is not None else result.run.run_dir / "lens"
     write_text(out / "lens.json", json.dumps(summary, indent=1) + "\n")
     for name, png in images.items():
         write_bytes(out / name, png)
-    write_text(
-        out / "report.html", report_html(summary, images, examples_html(result, item_titles))
-    )
+    page = report_html(summary, images, examples_html(result, item_titles), info)
+    write_text(out / "report.html", page)
     return out / "report.html"
+
+
+def run_info(result) -> dict:
+    """What the page's header says of the run: its ``metrics.json`` where it can be read."""
+    run = result.run
+    info = {"run": str(run.run_dir), "model": run.config.model.name}
+    info["dataset"] = Path(run.config.data.dataset).name
+    try:
+        metrics = json.loads((run.run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return info
+    if isinstance(metrics, dict):
+        for key in ("test", "epochs", "best_epoch", "protocol"):
+            if key in metrics:
+                info[key] = metrics[key]
+    return info

@@ -12,6 +12,7 @@ import json
 import multiprocessing
 import os
 import re
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from rich.progress import Progress
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from safetensors import safe_open
 from threadpoolctl import threadpool_limits
 
@@ -57,6 +59,24 @@ class LensResult:
     checkpoint_epoch: int | None
     C: float
 
+    def planted_recovery(self) -> dict[str, float] | None:
+        """On the built-in planted data (dataset ``synthetic``): per head, the share of the
+        sampled test sequences whose selected token holds the planted trigger item (an older
+        copy of the same trigger carries the same information and counts); None elsewhere."""
+        if self.run.config.data.dataset != "synthetic":
+            return None
+        from attnsvm.rec.data.synthetic import builtin_planted
+
+        _, truth = builtin_planted()
+        users = self.run.user_ids[self.users].astype(np.int64)  # external id = generator row
+        planted = truth.planted[users]
+        recovery = {}
+        for a in self.analyses:
+            chosen = self.windows[np.arange(len(users)), a.selected]
+            hit = chosen[planted] == truth.trigger_item[users][planted]
+            recovery[f"L{a.layer}H{a.head}"] = float(hit.mean()) if hit.size else float("nan")
+        return recovery
+
     def summary(self, titles: Path | None = None) -> dict:
         """The JSON form (``lens.json``); ``titles``: the titles file the report used, if any."""
         return {
@@ -70,6 +90,7 @@ class LensResult:
             "titles": str(titles) if titles else None,
             "notes": self.notes,
             "heads": [a.summary for a in self.analyses],
+            "planted_trigger_recovery": self.planted_recovery(),
         }
 
 
@@ -130,25 +151,40 @@ def _analyse(
         f"soft-margin C = {C} where a hard-margin Att-SVM is infeasible"
     ]
     jobs = []
-    for view in views:
-        scores = {}
-        # the linear head's direct path is derived for TransformerEncoder blocks only; the
-        # counterfactual re-runs any model
-        for kind, score in (("linear", linear_scores), ("counterfactual", counterfactual_scores)):
-            try:
-                scores[kind] = score(model64, item_seq, targets, view.layer, view.head, extras)
-            except LensError as error:
-                if str(error) not in notes:
-                    notes.append(str(error))
-        snapshots = [
-            (epoch, W)
-            for epoch, W in _snapshots(run.run_dir, view.layer, view.head)
-            if checkpoint_epoch is None or epoch <= checkpoint_epoch
-        ]
-        jobs.append((view, scores, snapshots))
-    with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("lens: Att-SVMs per head", total=len(jobs))
-        analyses = _analyse_heads(jobs, C, lambda: bar.update(task, advance=1))
+    with _progress(progress) as bar:
+        task = bar.add_task(
+            "lens: token scores", total=len(views) * len(rows), rate=0.0, unit="sequences"
+        )
+        started = time.perf_counter()
+        for view in views:
+            scores = {}
+            # the linear head's direct path is derived for TransformerEncoder blocks only; the
+            # counterfactual re-runs any model
+            for kind, score in (
+                ("linear", linear_scores),
+                ("counterfactual", counterfactual_scores),
+            ):
+                try:
+                    scores[kind] = _in_chunks(score, model64, item_seq, targets, view, extras)
+                except LensError as error:
+                    if str(error) not in notes:
+                        notes.append(str(error))
+            done = (len(jobs) + 1) * len(rows)
+            bar.update(task, completed=done, rate=done / (time.perf_counter() - started))
+            snapshots = [
+                (epoch, W)
+                for epoch, W in _snapshots(run.run_dir, view.layer, view.head)
+                if checkpoint_epoch is None or epoch <= checkpoint_epoch
+            ]
+            jobs.append((view, scores, snapshots))
+        task = bar.add_task("lens: Att-SVMs per head", total=len(jobs), rate=0.0, unit="heads")
+        started = time.perf_counter()
+
+        def solved() -> None:
+            done = bar.tasks[task].completed + 1
+            bar.update(task, completed=done, rate=done / (time.perf_counter() - started))
+
+        analyses = _analyse_heads(jobs, C, solved)
     if not (run.run_dir / "attention").is_dir():
         notes.append(
             "no attention/ snapshots in the run directory (train with the "
@@ -167,6 +203,32 @@ def _analyse(
         checkpoint_epoch,
         C,
     )
+
+
+def _progress(enabled: bool) -> Progress:
+    """A bar per stage with its rate, so a long report never sits silent."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]:.1f} {task.fields[unit]}/s"),
+        TimeRemainingColumn(),
+        disable=not enabled,
+        transient=True,
+        console=Console(stderr=True),
+    )
+
+
+def _in_chunks(score, model64, item_seq, targets, view, extras, chunk: int = 32) -> np.ndarray:
+    """``score`` of every sequence, ``chunk`` sequences at a time (the scores are per sequence)."""
+    parts = []
+    for start in range(0, len(targets), chunk):
+        rows = slice(start, start + chunk)
+        part_extras = {name: value[rows] for name, value in extras.items()}
+        parts.append(
+            score(model64, item_seq[rows], targets[rows], view.layer, view.head, part_extras)
+        )
+    return np.concatenate(parts)
 
 
 def _available_inputs(test: EvalTask, rows: np.ndarray, max_len: int) -> dict:

@@ -92,3 +92,9 @@ def make_planted(
         source=f"synthetic(seed={seed})",
     )
     return data, GroundTruth(position, trigger_item, target_item, planted, trigger_to_target)
+
+
+def builtin_planted() -> tuple[Interactions, GroundTruth]:
+    """The registered ``synthetic`` dataset (``make_planted``'s defaults) with its ground truth:
+    the lens reports how often a model trained on it attends to the planted trigger."""
+    return make_planted()
