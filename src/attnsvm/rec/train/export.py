@@ -1,0 +1,173 @@
+"""A finished run's scoring path as one file another runtime can load: ONNX or TorchScript.
+
+The exported function is what the evaluator calls (``LoadedRun.scores``) without the data
+handling around it: ``item_seq`` (B, max_len) int64, internal item ids left-padded with 0 (the
+last ``max_len`` items of each history; ``id_maps.json`` translates external ids), plus the
+model's extra inputs in ``extra_inputs`` order (SSE-PT's ``users`` (B,) int64, STRec's
+``timestamps`` (B, max_len) float64) → ``scores`` (B, num_items + 1) float32, column 0
+(padding) −∞. Ranking them (seen items excluded, ties to the lower id) is the caller's part.
+
+- ``onnx``: ``torch.onnx.export`` (the dynamo exporter, opset of torch's choice), the batch
+  dimension dynamic. Needs the ``onnx`` and ``onnxscript`` packages; the parity check runs the
+  file in ``onnxruntime``.
+- ``torchscript``: ``torch.jit.trace`` (a model that branched on its input data would be traced
+  along one branch; the parity check on real windows is what catches that).
+
+Before the file is renamed into place, it is loaded back and run on up to ``check_rows`` of the
+run's test histories; its scores must equal the evaluator's within ``PARITY_TOLERANCE`` (max
+absolute difference), or nothing is written. ``<file>.json`` beside it records the inputs, the
+output and the difference measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from attnsvm._atomic import atomic_path, write_json
+from attnsvm.errors import ExpectedFailure, InvalidRequest, shown
+from attnsvm.rec.data.sequences import EvalTask
+from attnsvm.rec.models import SequentialRecommender
+from attnsvm.rec.train.runs import open_run
+
+FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}
+PARITY_TOLERANCE = 1e-4
+
+
+class ExportError(ExpectedFailure, ValueError):
+    """A model the chosen format cannot hold, or an export whose scores differ from PyTorch's."""
+
+
+class ScoringPath(nn.Module):
+    """``(item_seq, *extras) → scores``: ``score_last`` without its Python-side input checks."""
+
+    def __init__(self, model: SequentialRecommender) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, item_seq: torch.Tensor, *extras: torch.Tensor) -> torch.Tensor:
+        named = dict(zip(self.model.extra_inputs, extras, strict=True))
+        hidden = self.model.last_hidden(self.model.scoring_input(item_seq), **named)
+        return self.model.logits(hidden)
+
+
+@dataclass(frozen=True)
+class Exported:
+    path: Path
+    format: str
+    inputs: list[dict]  # name, shape, dtype of each input, in order
+    rows_checked: int
+    max_abs_difference: float
+
+    def describe(self) -> str:
+        inputs = ", ".join(f"{i['name']} {i['shape']} {i['dtype']}" for i in self.inputs)
+        return (
+            f"{self.format}: {inputs} → scores; max |Δ| {self.max_abs_difference:.2e} against "
+            f"PyTorch on {self.rows_checked} test histories"
+        )
+
+
+def _inputs(model: SequentialRecommender, task: EvalTask, rows: np.ndarray) -> list[torch.Tensor]:
+    """The exported function's inputs for ``rows`` of ``task``: windows, then the extras."""
+    max_len = model.config.max_len
+    history = task.history
+    columns = {
+        "users": lambda: torch.from_numpy(task.users[rows]),
+        "timestamps": lambda: torch.from_numpy(history.padded_times(max_len, rows)),
+        "ratings": lambda: torch.from_numpy(history.padded_ratings(max_len, rows)),
+    }
+    tensors = [torch.from_numpy(history.padded(max_len, rows))]
+    for name in model.extra_inputs:
+        if name not in columns:
+            raise ExportError(f"{type(model).__name__} reads {name!r}, which export cannot feed")
+        tensors.append(columns[name]())
+    return tensors
+
+
+def _write(format_: str, module: ScoringPath, example: list[torch.Tensor], path: Path) -> None:
+    names = ["item_seq", *module.model.extra_inputs]
+    if format_ == "torchscript":
+        with warnings.catch_warnings():  # trace's deprecation notice and its shape-check notes
+            warnings.simplefilter("ignore")
+            torch.jit.trace(module, tuple(example)).save(str(path))
+        return
+    try:
+        import onnxscript  # noqa: F401  (the exporter needs it; say so before torch does)
+    except ImportError as error:
+        raise ExportError("--format onnx needs the onnx and onnxscript packages") from error
+    batch = torch.export.Dim("batch")
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's progress lines and FutureWarnings
+        torch.onnx.export(
+            module,
+            tuple(example),
+            str(path),
+            dynamo=True,
+            input_names=names,
+            output_names=["scores"],
+            dynamic_shapes=tuple({0: batch} for _ in example),
+            verbose=False,
+        )
+
+
+def _run_exported(format_: str, path: Path, inputs: list[torch.Tensor], names) -> np.ndarray:
+    if format_ == "torchscript":
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # deprecated, still supported
+            return torch.jit.load(str(path))(*inputs).numpy()
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, dict(zip(names, (t.numpy() for t in inputs), strict=True)))[0]
+
+
+def max_abs_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """``max |a − b|``, an entry that is −∞ in both counting as equal (the padding column)."""
+    with np.errstate(invalid="ignore"):  # −∞ − −∞ is NaN, and replaced just below
+        difference = np.abs(a.astype(np.float64) - b)
+    return float(np.max(np.where(np.isneginf(a) & np.isneginf(b), 0.0, difference)))
+
+
+def export_run(
+    run_dir: str | Path, format_: str = "onnx", out: str | Path | None = None, check_rows: int = 64
+) -> Exported:
+    """Export ``run_dir``'s scoring path (see the module docstring) to ``out`` (default
+    ``RUN_DIR/export/model.onnx`` or ``model.pt``), checked against PyTorch first."""
+    if format_ not in FORMATS:
+        raise InvalidRequest(f"format must be one of {', '.join(FORMATS)}, got {shown(format_)}")
+    opened = open_run(run_dir, "test")
+    run = opened.run
+    if run.baseline:
+        raise ExportError(f"{run.config.model.name} is a non-neural baseline: it has no network")
+    path = Path(out) if out is not None else run.run_dir / "export" / f"model{FORMATS[format_]}"
+    if path.suffix != FORMATS[format_]:
+        raise InvalidRequest(f"a {format_} file ends in {FORMATS[format_]}, got {shown(str(path))}")
+    task, model = opened.task, run.model
+    rows = np.arange(min(check_rows, len(task)))
+    inputs = _inputs(model, task, rows)
+    names = ["item_seq", *model.extra_inputs]
+    with torch.inference_mode():
+        expected = run.scores(task)(rows).numpy()
+    with atomic_path(path) as temporary:
+        _write(format_, ScoringPath(model).eval(), [t[:2] for t in inputs], temporary)
+        difference = max_abs_difference(_run_exported(format_, temporary, inputs, names), expected)
+        if not difference <= PARITY_TOLERANCE:
+            raise ExportError(
+                f"the exported {format_} scores differ from PyTorch's by {difference:.3g} "
+                f"(> {PARITY_TOLERANCE}); nothing written"
+            )
+    described = [
+        {"name": n, "shape": ["batch", *t.shape[1:]], "dtype": str(t.dtype).removeprefix("torch.")}
+        for n, t in zip(names, inputs, strict=True)
+    ]
+    exported = Exported(path, format_, described, len(rows), difference)
+    record = {**asdict(exported), "path": path.name, "output": "scores (batch, num_items + 1)"}
+    write_json(path.with_name(path.name + ".json"), {**record, "run": str(run.run_dir.resolve())})
+    return exported

@@ -1,0 +1,108 @@
+"""Running the app: ``serve(run_dir, …)`` loads the run and hands the app to uvicorn.
+
+One worker process (the default) holds one copy of the model and micro-batches every request
+itself. ``workers > 1`` starts that many uvicorn worker processes, each loading the run (through
+``app.app_from_environment``): throughput for a model small enough to copy, at the price of
+batches split between processes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str = LOOPBACK
+    port: int = 8000
+    workers: int = 1
+    micro_batching: bool = True
+    max_batch: int = 64
+    max_wait_ms: float = 2.0
+    threads: int | None = None  # torch intra-op threads per worker (default: torch's choice)
+    access_log: bool = False
+
+    def check(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must lie in 0..65535, got {self.port}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be ≥ 1, got {self.workers}")
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be ≥ 1, got {self.max_batch}")
+        if not 0 <= self.max_wait_ms <= 1000:
+            raise ValueError(f"max_wait_ms must lie in 0..1000, got {self.max_wait_ms}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be ≥ 1, got {self.threads}")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A port nobody listens on right now (for tests and benchmarks)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def serve(
+    run_dir: str | Path,
+    options: ServeOptions = ServeOptions(),
+    announce: Callable[[str], None] = print,
+) -> None:
+    """Serve ``run_dir`` until interrupted (see the module docstring)."""
+    import uvicorn
+
+    options.check()
+    run_dir = Path(run_dir).resolve()
+    common = {
+        "host": options.host,
+        "port": options.port,
+        "log_level": "warning",
+        "access_log": options.access_log,
+    }
+    where = f"http://{options.host}:{options.port}"
+    if not is_loopback(options.host):
+        announce(f"warning: listening on {options.host}, not loopback: reachable from the network")
+    if options.threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(options.threads)  # for worker processes
+    if options.workers == 1:
+        import torch
+
+        from attnsvm.serve.app import create_app
+        from attnsvm.serve.engine import Recommender
+
+        if options.threads is not None:
+            torch.set_num_threads(options.threads)
+        app = create_app(
+            Recommender(run_dir),
+            micro_batching=options.micro_batching,
+            max_batch=options.max_batch,
+            max_wait=options.max_wait_ms / 1000,
+        )
+        announce(f"serving {run_dir.name} on {where} (explorer: {where}/, API: {where}/docs)")
+        uvicorn.run(app, **common)
+        return
+    os.environ.update(
+        ATTNSVM_SERVE_RUN=str(run_dir),
+        ATTNSVM_SERVE_MICRO_BATCHING="1" if options.micro_batching else "0",
+        ATTNSVM_SERVE_MAX_BATCH=str(options.max_batch),
+        ATTNSVM_SERVE_MAX_WAIT=str(options.max_wait_ms / 1000),
+    )
+    announce(f"serving {run_dir.name} on {where} with {options.workers} workers")
+    uvicorn.run(
+        "attnsvm.serve.app:app_from_environment", factory=True, workers=options.workers, **common
+    )
