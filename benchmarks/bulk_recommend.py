@@ -10,7 +10,12 @@ Three timings, each the median of ``--repeats`` (the run and its data loaded onc
 - **bulk, end to end**: the same call from the run directory to the written Parquet file
   (loading the run and the data, ranking, writing).
 
-Target (issue 25, the 2-core machine): all 6,040 ML-1M users at k = 100 in under 5 s.
+- **object API**: ``Recommender.load(run).recommend(users=…, k=10)`` for 1,000 users in one
+  call, after the load; its lists are checked against ``recommend(run_dir, user=…)`` for a
+  sample of them.
+
+Targets (the 2-core machine): all 6,040 ML-1M users at k = 100 in under 5 s (issue 25); 1,000
+users through the object API in under 1 s after the load (issue 28).
 
     python benchmarks/bulk_recommend.py /tmp/runs/ml1m-sasrec+ -k 100 [--threads 2] [--repeats 3]
 
@@ -26,11 +31,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import polars as pl
 import torch
 
 from attnsvm.rec.eval.ranking import rank_topk
+from attnsvm.rec.recommender import Recommender
 from attnsvm.rec.train.bulk import recommend_all
-from attnsvm.rec.train.runs import open_run
+from attnsvm.rec.train.runs import open_run, recommend
 
 TARGET_SECONDS = 5.0
 
@@ -90,6 +97,27 @@ def main() -> None:
     )
     verdict = "PASS" if statistics.median(total) < TARGET_SECONDS else "FAIL"
     print(f"{verdict}  end to end under {TARGET_SECONDS:.0f} s")
+    object_api(args.run, args.repeats)
+
+
+def object_api(run_dir: Path, repeats: int, count: int = 1000) -> None:
+    """1,000 users in one ``Recommender.recommend`` call, and the same lists as ``recommend``."""
+    start = time.perf_counter()
+    model = Recommender.load(run_dir)
+    load_seconds = time.perf_counter() - start
+    users = [str(u) for u in model._loaded().user_ids[:count]]
+    model.recommend(users=users[:10], k=10)  # warm-up
+    seconds = median_seconds(lambda: model.recommend(users=users, k=10), repeats)
+    table = model.recommend(users=users, k=10)
+    sample = users[:: max(1, len(users) // 20)]
+    same = all(
+        table.filter(pl.col("query") == user)["item"].to_list()
+        == [str(i) for i in recommend(run_dir, user=user, k=10)]
+        for user in sample
+    )
+    print(f"object API: load {load_seconds:.2f} s, recommend {len(users)} users: {seconds:.3f} s")
+    print(f"{'PASS' if seconds < 1.0 else 'FAIL'}  {len(users)} users under 1 s after the load")
+    print(f"{'PASS' if same else 'FAIL'}  the same lists as recommend() for {len(sample)} users")
 
 
 if __name__ == "__main__":
