@@ -61,7 +61,7 @@ def tiny_sequences(rows: int = 12, length: int = MAX_LEN + 1, seed: int = 0) -> 
 
 
 def times_for(item_seq: torch.Tensor) -> torch.Tensor:
-    """Event times one hour apart with a user-specific rhythm (only STRec reads them)."""
+    """Event times one hour apart with a user-specific rhythm (STRec and SDAT read them)."""
     steps = torch.arange(item_seq.shape[1], dtype=torch.float64)
     return (steps[None, :] * (1 + item_seq[:, :1] % 3) * 3600.0).to(torch.get_default_dtype())
 
@@ -71,7 +71,7 @@ def run(model, item_seq: torch.Tensor, users: torch.Tensor | None = None, **kwar
     name = type(model).__name__
     if name == "SSEPT":
         return model(item_seq, users=users, **kwargs)
-    if name == "STRec":
+    if "timestamps" in model.extra_inputs:  # STRec, SDAT
         return model(item_seq, times_for(item_seq).to(item_seq.device), **kwargs)
     return model(item_seq, **kwargs)
 

@@ -8,9 +8,13 @@ from attnsvm.rec.nn.attention import (
     record_attention,
     reference_attention,
 )
+from attnsvm.rec.nn.block_attention import BlockAttention, LongShortAttention
 from attnsvm.rec.nn.blocks import TransformerBlock, TransformerEncoder
 from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
 from attnsvm.rec.nn.ffn import PointwiseFFN
+from attnsvm.rec.nn.gru import GRUHead
+from attnsvm.rec.nn.item_tower import FeatureItemTower
+from attnsvm.rec.nn.local_attention import LocalAttention
 from attnsvm.rec.nn.losses import (
     bce_loss,
     full_ce_loss,
@@ -22,7 +26,12 @@ from attnsvm.rec.nn.losses import (
 __all__ = [
     "AttentionInput",
     "AttentionRecorder",
+    "BlockAttention",
+    "FeatureItemTower",
+    "GRUHead",
     "ItemEmbedding",
+    "LocalAttention",
+    "LongShortAttention",
     "MultiHeadAttention",
     "PointwiseFFN",
     "SequenceEmbedding",

@@ -9,6 +9,12 @@ Per head h, with ``d_h = dim / heads``:
 ``v_proj`` and ``out_proj`` (``nn.Linear``), so the lens reads ``W_Q = q_proj.weight`` etc. The
 fast path is SDPA; the reference path (``reference_attention``) computes the same thing with
 explicit matmuls and also gives ``A`` (before attention dropout), shape ``(B, H, L_q, L_k)``.
+
+Two per-pair terms, both optional and broadcast to ``(B, H, L_q, L_k)``: an additive ``bias``
+on the logits before the softmax (a time-interval or relative-position bias), and a
+``value_gain`` G that scales what key j's value contributes to query i, ``out = (A ⊙ G) V``
+(a gain for recent items: the rows of ``A ⊙ G`` need not sum to 1; ``A`` is what is recorded).
+A gain takes the reference path (SDPA has no such term).
 Training on CPU with attention dropout also takes the explicit path: SDPA's CPU kernel falls
 back to the same matmuls there but draws its dropout mask with torch's slower ``bernoulli_``
 (see ``attnsvm.rec.nn.dropout``); fwd + bwd was 17–45 % faster at B = 32–128, L = 120–200.
@@ -54,12 +60,24 @@ def attention_mask(valid: torch.Tensor, causal: bool) -> torch.Tensor:
 
 
 def reference_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep_mask: torch.Tensor, dropout: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    keep_mask: torch.Tensor,
+    dropout: float,
+    bias: torch.Tensor | None = None,
+    value_gain: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(A V, A)`` with ``A = softmax(masked(q kᵀ / √d_h))``; dropout applies to ``A V`` only."""
+    """``((drop(A) ⊙ G) V, A)`` with ``A = softmax(masked(q kᵀ / √d_h + bias))``; without a
+    ``value_gain`` G, ``drop(A) V``. Dropout applies to the output only, not to the returned A."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
     weights = scores.masked_fill(~keep_mask, float("-inf")).softmax(dim=-1)
-    return drop(weights, dropout) @ v, weights
+    mixing = drop(weights, dropout)
+    if value_gain is not None:
+        mixing = mixing * value_gain
+    return mixing @ v, weights
 
 
 class AttentionInput(NamedTuple):
@@ -130,16 +148,25 @@ class MultiHeadAttention(nn.Module):
         keep_mask: torch.Tensor,
         *,
         key_positions: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        value_gain: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``(B, L_q, D)``; keys and values from ``key_input``. ``key_positions`` places the keys
-        in the window where they are a per-row subset of it; only a recording reads it."""
+        in the window where they are a per-row subset of it; only a recording reads it. ``bias``
+        and ``value_gain``: the optional per-pair terms of the module docstring."""
         q, k, v = self._project(query_input, key_input)
         dropout = self.dropout if self.training else 0.0
         weights = None
-        if self.record_weights or (dropout > 0.0 and q.device.type == "cpu"):
-            out, weights = reference_attention(q, k, v, keep_mask, dropout)
+        explicit = self.record_weights or value_gain is not None
+        if explicit or (dropout > 0.0 and q.device.type == "cpu"):
+            # only the terms given: without them, the very call of plain attention
+            pair = {"bias": bias, "value_gain": value_gain}
+            pair = {name: term for name, term in pair.items() if term is not None}
+            out, weights = reference_attention(q, k, v, keep_mask, dropout, **pair)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep_mask, dropout_p=dropout)
+            # SDPA adds a float mask to the logits: the bias, −∞ where a key is not kept
+            mask = keep_mask if bias is None else bias.masked_fill(~keep_mask, float("-inf"))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         self._record(weights, query_input, key_input, key_positions)
         return self._merge(out)
 

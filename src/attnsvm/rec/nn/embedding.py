@@ -38,6 +38,10 @@ class ItemEmbedding(nn.Module):
         self.table_dropout = table_dropout
         self._dropped: torch.Tensor | None = None  # the last training forward's input table
 
+    @property
+    def embedding_dim(self) -> int:
+        return self.input.embedding_dim
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if not (self.training and self.table_dropout):
             return self.input(ids)
@@ -75,7 +79,7 @@ class SequenceEmbedding(nn.Module):
 
     def __init__(
         self,
-        items: ItemEmbedding,
+        items: nn.Module,
         max_len: int,
         position: str = "learned",
         scale: bool = False,
@@ -85,7 +89,7 @@ class SequenceEmbedding(nn.Module):
         super().__init__()
         if position not in POSITION_KINDS:
             raise ValueError(f"position must be one of {POSITION_KINDS}, got {position!r}")
-        dim = items.input.embedding_dim
+        dim = items.embedding_dim  # an ItemEmbedding, or any ids → vectors module (SRT's tower)
         self.items = items
         self.max_len = max_len
         self.position = nn.Embedding(max_len, dim) if position != "none" else None
@@ -94,7 +98,9 @@ class SequenceEmbedding(nn.Module):
         self.norm = nn.LayerNorm(dim) if layer_norm else None
         self.dropout = Dropout(dropout)
 
-    def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
+    def forward(self, item_seq: torch.Tensor, added: torch.Tensor | None = None) -> torch.Tensor:
+        """``added`` (B, L, D): a further per-position input, summed with the items and
+        positions before the normalisation and dropout (SDAT's time encoding)."""
         length = item_seq.shape[1]
         x = self.items(item_seq)
         if self.scale != 1.0:
@@ -104,6 +110,8 @@ class SequenceEmbedding(nn.Module):
             x = x + self.position(index)
         elif self.position is not None:
             x = x + self.position.weight[self.max_len - length :]
+        if added is not None:
+            x = x + added
         if self.norm is not None:
             x = self.norm(x)
         x = self.dropout(x)
