@@ -32,11 +32,15 @@ from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, T
 from attnsvm.rec.data.datasets import keeps_times
 from attnsvm.rec.eval.ranking import EvalResult
 from attnsvm.rec.models import LossConfig
-from attnsvm.rec.models.registry import MODELS, resolve
+from attnsvm.rec.models.registry import ADT_OFFICIAL, MODELS, OFFICIAL_BCE, PRESETS, resolve
 
 ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CE = LossConfig(name="ce")
 BCE1 = LossConfig(name="bce", num_negatives=1)
+ADT_ML1M_LAMBDA = {
+    key: PRESETS["adt-ml-1m"].overrides[key]
+    for key in ("reconstruction_weights", "independence_weights", "embedding_norm_weight")
+}
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,26 @@ PAPER: dict[str, Setting] = {
     # RecBole's CE at the last position (the official code is a RecBole script); 3 layers
     # shrinking the queries 50 → 14 → 4 → 1 where the official ML-20M config uses 8 (50 → … → 1)
     "strec": Setting("strec", CE),
+    # SASRec+'s loss, size and batch: what ETRec's local + block attention and shared FFN change
+    "etrec": Setting("etrec", CE, KV, batch_size=128),
+    # the same, with SDAT's time-interval bias and gain, time encoding and GRU (timestamps only)
+    "sdat": Setting("sdat", CE, KV, batch_size=128),
+    # the from-scratch fine-tune config of the official code; items from the dataset's features
+    "srt": Setting("srt", resolve("srt")[2], lr=1e-4, batch_size=128),
+    # the official ADT network and (unhalved) BCE with ML-1M's λ, the one zoo dataset the repo
+    # has λ for (its Beauty is the BERT4Rec version; λ = 0 against λ: benchmarks/adt.py)
+    "adt": Setting("adt", OFFICIAL_BCE, {**ADT_OFFICIAL, **ADT_ML1M_LAMBDA}),
+    # BiCAT in one stage: its network, BCE and fine-tuning objective (clip_k 12; the KL then
+    # compares two dropout passes of the same row) without the reverse pre-training and the
+    # generated items; the three-stage recipe: benchmarks/bicat.py
+    "bicat": Setting(
+        "bicat", replace(OFFICIAL_BCE, last_targets=12), {"kl_weight": 1.0}, batch_size=128
+    ),
+    # MrTransformer's fine-tuning objective alone (CE + coverage) at the official lr and batch;
+    # pre-training → fine-tuning: benchmarks/mrtransformer.py
+    "mrtransformer": Setting(
+        "mrtransformer", CE, {"coverage_weight": 1.0}, lr=3e-4, batch_size=512
+    ),
 }
 # Diagnostic rows beside the papers' (not run by default; ``--models NAME``): where does
 # BSARec's lead over SASRec+ on Beauty come from? "sasrec+reg" is SASRec+ with BSARec's dropout
@@ -135,6 +159,8 @@ def run_config(
     overrides = dict(setting.overrides)
     if name == "convformer" and DATASETS[dataset] > 50:
         overrides.update(kernel_size=150, fft=True)  # a long window: the FFT path
+    if name == "srt":  # the catalogue's items from the feature file beside its data
+        overrides.update(features_dataset=dataset, features_root=str(root))
     return RunConfig(
         model=ModelChoice(setting.model, overrides),
         data=DataConfig(dataset, root=str(root), max_len=DATASETS[dataset]),

@@ -7,6 +7,10 @@ file 0600; the finished file gets the permissions a plain ``open`` would give (`
 umask), so every file of a run directory or a dataset cache is readable by whoever may read the
 folder (a run directory is meant to be shared).
 
+A writer killed before its rename (``kill -9``, a power cut) leaves its temporary file behind;
+``remove_temporaries`` deletes those in a folder no writer is using (a run directory under its
+lock), recognising them by the name ``atomic_path`` gives them.
+
 A leaf module under ``attnsvm``: theory, rec and the lens all use it without importing each other.
 """
 
@@ -14,11 +18,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+# ".{name}.{8 characters of mkstemp}.tmp{suffix}", as atomic_path names its temporary files
+_TEMPORARY = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp(\.[^.]+)?")
 
 
 def _plain_file_mode() -> int:
@@ -47,6 +55,15 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def remove_temporaries(folder: str | Path) -> list[Path]:
+    """Delete, anywhere under ``folder``, the temporary files of writers that never finished;
+    returns them. Only for a folder no writer is using: a live writer's file would go too."""
+    stale = [p for p in Path(folder).rglob(".*.tmp*") if _TEMPORARY.fullmatch(p.name)]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def write_bytes(path: str | Path, data: bytes) -> None:

@@ -7,24 +7,19 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from attnsvm.rec.data import catalog, datasets
-from attnsvm.rec.data.errors import DataFormatError
 
 app = typer.Typer(
     help="Interaction datasets: list the registry, download or prepare one into the cache "
     "($ATTNSVM_DATA or ~/.cache/attnsvm), print statistics.",
     no_args_is_help=True,
 )
-console = Console()
+console = Console(markup=False)  # names and paths come from the user: never read as markup
 CACHE = typer.Option(
     None, "--cache-dir", help="Cache directory (default: $ATTNSVM_DATA or ~/.cache/attnsvm)."
 )
-
-
-def _fail(error: Exception) -> typer.Exit:
-    console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=1)
 
 
 @app.command("list")
@@ -39,9 +34,12 @@ def list_datasets() -> None:
         )
         accepted = ", ".join(f.name for f in spec.files) or "-"
         console.print(
-            f"[bold]{spec.name}[/bold] ({prepared}): {spec.description}\n"
-            f"  preprocessing: {spec.preprocessing}\n  files: {accepted}\n"
-            f"  download: {source}",
+            Text.assemble(
+                (spec.name, "bold"),
+                f" ({prepared}): {spec.description}\n"
+                f"  preprocessing: {spec.preprocessing}\n  files: {accepted}\n"
+                f"  download: {source}",
+            ),
             highlight=False,
             soft_wrap=True,
         )
@@ -53,10 +51,7 @@ def download(
     cache_dir: Path | None = CACHE,
 ) -> None:
     """Download NAME (progress bar, checksum verified) and prepare it."""
-    try:
-        path = datasets.download(name, cache_dir)
-    except (DataFormatError, KeyError) as error:
-        raise _fail(error) from None
+    path = datasets.download(name, cache_dir)
     console.print(f"prepared {name} → {path}", highlight=False)
 
 
@@ -74,10 +69,7 @@ def prepare(
     ),
 ) -> None:
     """Prepare NAME from a local copy: verify, preprocess, store in the cache."""
-    try:
-        path = datasets.prepare(name, source, cache_dir, verify=verify)
-    except (DataFormatError, KeyError) as error:
-        raise _fail(error) from None
+    path = datasets.prepare(name, source, cache_dir, verify=verify)
     console.print(f"prepared {name} → {path}", highlight=False)
 
 
@@ -89,10 +81,7 @@ def stats(
     cache_dir: Path | None = CACHE,
 ) -> None:
     """Print the statistics table of a prepared dataset or of a file."""
-    try:
-        data = datasets.load_dataset(name_or_path, cache_dir=cache_dir)
-    except (DataFormatError, KeyError) as error:
-        raise _fail(error) from None
+    data = datasets.load_dataset(name_or_path, cache_dir=cache_dir)
     summary = data.stats(name_or_path)
     table = Table("statistic", "value", title=name_or_path)
     for label, value in summary.rows():

@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         for name in ("HR@10", "NDCG@10", "MRR@10"):
             if name in metrics:
                 console.print(f"  test {name}: {metrics[name]:.4f}")
-        console.print(f"  run directory: {run_dir}")
+        console.print(f"  run directory: {run_dir}", markup=False)  # paths are the user's
         console.rule("3. The lens: the trained attention read as an Att-SVM")
         report = write_report(run_dir, out / "lens", sequences=200)
         lens = json.loads((report.parent / "lens.json").read_text())
@@ -44,4 +44,4 @@ def register(app: typer.Typer) -> None:
                 f"  planted trigger found: head {head} attends to it in {share:.0%} of 200 test "
                 "sequences"
             )
-        console.print(f"  lens report: {report.resolve()}")
+        console.print(f"  lens report: {report.resolve()}", markup=False)

@@ -6,10 +6,6 @@ from pathlib import Path
 
 import typer
 
-from attnsvm.lens.extract import LensError
-from attnsvm.rec.data.errors import DataFormatError
-from attnsvm.rec.train.checkpoint import RunDirError
-
 
 def lens(
     run_dir: Path = typer.Argument(..., help="a finished run directory"),
@@ -24,11 +20,7 @@ def lens(
     """Write lens.json, PNG plots and a self-contained report.html for a run."""
     from attnsvm.lens.report import write_report
 
-    try:
-        report = write_report(run_dir, out, sequences, layer, head, titles=titles)
-    except (LensError, RunDirError, DataFormatError) as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
+    report = write_report(run_dir, out, sequences, layer, head, titles=titles)
     typer.echo(str(report))
 
 

@@ -6,8 +6,9 @@ expected failure is one line ``error: …`` and exit status 1, a bug keeps its t
 
 import typer
 
-from attnsvm.cli import data, demo, theory, tune
+from attnsvm.cli import data, demo, serve, theory, tune
 from attnsvm.cli import lens as lens_commands
+from attnsvm.cli import rl as rl_commands
 from attnsvm.cli import train as train_commands
 from attnsvm.cli.boundary import ErrorBoundary
 
@@ -20,10 +21,12 @@ app = typer.Typer(
 )
 app.add_typer(theory.app, name="theory")
 app.add_typer(data.app, name="data")
+app.add_typer(rl_commands.app, name="rl")
 train_commands.register(app)
 lens_commands.register(app)
 demo.register(app)
 tune.register(app)
+serve.register(app)
 
 
 @app.callback()

@@ -22,7 +22,7 @@ def _report(name: str, result, out_dir: Path) -> None:
     console.print("  [dim]differences from the official notebook:[/dim]")
     for note in result.notes:
         console.print(f"  [dim]- {note}[/dim]")
-    console.print(f"  wrote {', '.join(str(p) for p in paths)}")
+    console.print(f"  wrote {', '.join(str(p) for p in paths)}", markup=False)  # user's --out
 
 
 @app.command("list")

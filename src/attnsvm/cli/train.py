@@ -1,13 +1,14 @@
 """``attnsvm train | evaluate | recommend | compare | models``: thin commands over attnsvm.rec.
 
 Every expected failure (unknown model or config key, bad data, diverged loss, missing run
-directory) prints one line ``error: …`` to stderr and exits with status 1.
+directory) prints one line ``error: …`` to stderr and exits with status 1: the app's error
+boundary (``cli/boundary.py``) does it for every command. Output never reads rich markup, since
+ids and paths come from the user's files.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from pathlib import Path
 from typing import Annotated
@@ -17,36 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from attnsvm.rec.config import ConfigError, ModelChoice, RunConfig, apply_overrides, load_config
-from attnsvm.rec.data.batches import NoTrainingData
 from attnsvm.rec.data.catalog import DATASETS
-from attnsvm.rec.data.errors import DataFormatError
-from attnsvm.rec.train.checkpoint import RunDirError
-from attnsvm.rec.train.loop import TrainingError
 
-EXPECTED = (
-    ConfigError,
-    DataFormatError,
-    RunDirError,
-    NoTrainingData,
-    TrainingError,
-    ValueError,
-    KeyError,
-    OSError,
-)
-out = Console()
-
-
-def _clean_errors(command):
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except EXPECTED as error:
-            message = error.args[0] if isinstance(error, KeyError) and error.args else error
-            typer.echo(f"error: {message}", err=True)
-            raise typer.Exit(1) from None
-
-    return wrapper
+out = Console(markup=False)
 
 
 def _metrics_table(title: str, metrics: dict[str, float]) -> Table:
@@ -58,7 +32,6 @@ def _metrics_table(title: str, metrics: dict[str, float]) -> Table:
     return table
 
 
-@_clean_errors
 def train_command(
     model: Annotated[str | None, typer.Option(help="model or preset (`attnsvm models`)")] = None,
     data: Annotated[str | None, typer.Option(help="dataset name or interactions file")] = None,
@@ -70,10 +43,21 @@ def train_command(
     out_dir: Annotated[Path | None, typer.Option("--out", help="run directory to create")] = None,
     resume: Annotated[Path | None, typer.Option(help="continue this interrupted run")] = None,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+    recipe: Annotated[
+        str | None, typer.Option(help="staged runs: bicat, mrtransformer or a recipe file")
+    ] = None,
 ) -> None:
     """Train a model; the run directory holds config, best checkpoint, log and metrics."""
     from attnsvm.rec.train.trainer import train
 
+    if recipe is not None or (resume is not None and (resume / "recipe.json").is_file()):
+        from attnsvm.cli.recipe import train_recipe
+
+        options = (model, config)
+        staged = train_recipe(recipe, resume, options, data, root, set_, out_dir, progress)
+        out.print(_metrics_table(f"test metrics (best epoch {staged.best_epoch})", staged.test))
+        out.print(f"run directory: {staged.last_run} (recipe: {staged.folder})")
+        return
     if resume is not None:
         if any(v is not None for v in (model, data, config, set_, root, out_dir)):
             raise ConfigError("--resume continues a run with its saved config; give no options")
@@ -104,7 +88,6 @@ def train_command(
         out.print(f"run directory: {result.run_dir}")
 
 
-@_clean_errors
 def evaluate_command(
     run_dir: Annotated[Path, typer.Argument(help="a finished run directory")],
     split: Annotated[str, typer.Option(help="test | valid")] = "test",
@@ -128,21 +111,26 @@ def evaluate_command(
         out.print(_metrics_table(f"{split} metrics, sampled", legacy.metrics))
 
 
-@_clean_errors
 def recommend_command(
     run_dir: Annotated[Path, typer.Argument(help="a finished run directory")],
     user: Annotated[str | None, typer.Option(help="external user id")] = None,
     history: Annotated[str | None, typer.Option(help='external item ids, "i1 i2 i3"')] = None,
     k: Annotated[int, typer.Option("-k", help="how many items")] = 10,
+    all_users: Annotated[bool, typer.Option("--all", help="every user, into --out")] = False,
+    out_file: Annotated[Path | None, typer.Option("--out", help="--all: a .parquet file")] = None,
+    histories: Annotated[str, typer.Option(help="--all after: full | test | valid")] = "full",
 ) -> None:
-    """Top-k next items (external ids) for a user or a given history."""
+    """Top-k next items (external ids) for a user or a given history, or for every user."""
     from attnsvm.rec.train.runs import recommend
 
+    if all_users:
+        from attnsvm.cli.serve import recommend_everyone
+
+        return recommend_everyone(run_dir, out_file, k, histories, user, history)
     items = recommend(run_dir, user=user, history=history.split() if history else None, k=k)
     out.print(" ".join(map(str, items)))
 
 
-@_clean_errors
 def compare_command(
     run_a: Annotated[Path, typer.Argument(help="first finished run")],
     run_b: Annotated[Path, typer.Argument(help="second finished run")],

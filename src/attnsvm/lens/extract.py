@@ -33,11 +33,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attnsvm.errors import ExpectedFailure
 from attnsvm.rec.models import SequentialRecommender
 from attnsvm.rec.nn.attention import record_attention
 
 
-class LensError(ValueError):
+class LensError(ExpectedFailure, ValueError):
     """A run, model or request the lens cannot read (names what is missing)."""
 
 

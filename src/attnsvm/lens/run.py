@@ -22,9 +22,11 @@ import numpy as np
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from threadpoolctl import threadpool_limits
 
+from attnsvm._files import require_regular
+from attnsvm.errors import cut
 from attnsvm.lens.analysis import HeadAnalysis, analyse_head
 from attnsvm.lens.extract import (
     HeadView,
@@ -37,6 +39,7 @@ from attnsvm.lens.extract import (
 from attnsvm.lens.scores import counterfactual_scores, linear_scores
 from attnsvm.lens.solve import SOFT_MARGIN_C
 from attnsvm.rec.data.sequences import EvalTask
+from attnsvm.rec.train.checkpoint import METRICS, read_metrics
 from attnsvm.rec.train.runs import LoadedRun, open_run
 
 EXAMPLE_USERS = 4  # users the report shows one by one
@@ -260,29 +263,39 @@ def _snapshots(run_dir: Path, layer: int, head: int) -> list[tuple[int, np.ndarr
     """``(epoch, W_selection)`` of one head from ``attention/epoch_*.safetensors``."""
     rows = []
     for path in sorted((run_dir / "attention").glob("epoch_*.safetensors")):
-        with safe_open(path, framework="pt") as file:
-            keys = set(file.keys())
-            meta = file.metadata() or {}
-
-            def get(name, keys=keys, file=file):
-                return file.get_tensor(name) if name in keys else None
-
-            prefix = f"layer{layer}."
-            if prefix + "q_weight" not in keys:
-                continue
-            heads = json.loads(meta.get("num_heads", "[1]"))[layer]
-            K, Q = head_factors(
-                get(prefix + "q_weight"),
-                get(prefix + "q_bias"),
-                get(prefix + "k_weight"),
-                get(prefix + "k_bias"),
-                head,
-                heads,
-            )
-        W = K @ Q.T / np.sqrt(K.shape[1])
-        W[-1] = 0.0
-        rows.append((int(re.findall(r"\d+", path.stem)[0]), W))
+        try:
+            W = _snapshot(path, layer, head)
+        except (SafetensorError, OSError, json.JSONDecodeError, LookupError, TypeError) as error:
+            raise LensError(f"{path}: damaged attention snapshot ({cut(str(error))})") from None
+        if W is not None:
+            rows.append((int(re.findall(r"\d+", path.stem)[0]), W))
     return rows
+
+
+def _snapshot(path: Path, layer: int, head: int) -> np.ndarray | None:
+    """One head's ``W_selection`` in one snapshot file (None if the file lacks the layer)."""
+    with safe_open(require_regular(path), framework="pt") as file:
+        keys = set(file.keys())
+        meta = file.metadata() or {}
+
+        def get(name, keys=keys, file=file):
+            return file.get_tensor(name) if name in keys else None
+
+        prefix = f"layer{layer}."
+        if prefix + "q_weight" not in keys:
+            return None
+        heads = json.loads(meta.get("num_heads", "[1]"))[layer]
+        K, Q = head_factors(
+            get(prefix + "q_weight"),
+            get(prefix + "q_bias"),
+            get(prefix + "k_weight"),
+            get(prefix + "k_bias"),
+            head,
+            heads,
+        )
+    W = K @ Q.T / np.sqrt(K.shape[1])
+    W[-1] = 0.0
+    return W
 
 
 def _checkpoint_epoch(run_dir: Path) -> int | None:
@@ -291,8 +304,7 @@ def _checkpoint_epoch(run_dir: Path) -> int | None:
     The Att-SVMs are posed on that model's hidden states, so only the ``W`` of epochs up to it
     are compared with them: later snapshots belong to a model the report does not read.
     """
-    metrics = run_dir / "metrics.json"
-    return json.loads(metrics.read_text()).get("best_epoch") if metrics.is_file() else None
+    return read_metrics(run_dir)["best_epoch"] if (run_dir / METRICS).is_file() else None
 
 
 def _analyse_job(job, C: float) -> HeadAnalysis:

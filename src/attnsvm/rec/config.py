@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from attnsvm._atomic import write_text
-from attnsvm.rec.config_base import ConfigError, coerce
+from attnsvm._files import read_text
+from attnsvm.errors import UnreadableFile, shown
+from attnsvm.rec.config_base import ConfigError, Range, coerce
 from attnsvm.rec.models import MODELS, LossConfig, resolve
 from attnsvm.rec.models.knn import build_baseline
 from attnsvm.rec.models.registry import lookup, names
@@ -52,6 +54,14 @@ class DataConfig:
     valid_fraction: float = 0.1
     test_fraction: float = 0.1
     unseen_policy: str = "drop"  # temporal/session: drop evaluation targets unseen in training
+    # transforms of the training rows only, never of what is evaluated (rec/data/transforms.py):
+    # each row newest first (BiCAT's reverse pre-training), and generated items prepended from a
+    # synthetic-prefix artefact: at most synthetic_items per row (0: all it holds), only to
+    # rows shorter than synthetic_below (0: every row it covers)
+    reverse_train: bool = False
+    synthetic_prefix: str | None = None
+    synthetic_items: int = 0
+    synthetic_below: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,37 @@ class EvalConfig:
     sampled_sampler: str = "uniform"  # "uniform" | "popularity"
 
 
+# Every numeric field of the sections above, with the range it may take (a model's and a loss's
+# fields are checked by their own config classes). The upper bounds lie far beyond any real run
+# and keep an absurd value from reaching an allocation or a C library; what a run would allocate
+# is checked once the data is known (attnsvm.rec.train.preflight).
+_LARGE = 2**31 - 1
+RANGES: dict[str, Range] = {
+    "data.max_len": Range(1, _LARGE),
+    "data.valid_fraction": Range(0, 1, high_open=True),
+    "data.test_fraction": Range(0, 1, low_open=True, high_open=True),
+    "data.synthetic_items": Range(0, _LARGE),
+    "data.synthetic_below": Range(0, _LARGE),
+    "train.epochs": Range(1, 10**6),
+    "train.batch_size": Range(1, _LARGE),
+    "train.lr": Range(0, low_open=True),
+    "train.weight_decay": Range(0),
+    "train.betas": Range(0, 1, high_open=True),
+    "train.warmup_steps": Range(0, _LARGE),
+    "train.grad_clip": Range(0, low_open=True),
+    "train.patience": Range(1, 10**6),
+    "train.seed": Range(0, 2**63 - 1),  # numpy's SeedSequence takes no negative seed
+    "train.sam_rho": Range(0),
+    "train.steps_per_epoch": Range(1, _LARGE),
+    "train.num_threads": Range(1, 4096),
+    "train.length_groups": Range(1, _LARGE),
+    "eval.ks": Range(1, _LARGE),  # and at most the catalogue, checked with the data
+    "eval.batch_size": Range(1, _LARGE),
+    "eval.valid_users": Range(1, _LARGE),
+    "eval.sampled_negatives": Range(1, _LARGE),
+}
+
+
 @dataclass(frozen=True)
 class RunConfig:
     model: ModelChoice = field(default_factory=ModelChoice)
@@ -111,9 +152,9 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> RunConfig:
         _check_keys(data, [f.name for f in dataclasses.fields(cls)], source)
-        model_table = dict(data.get("model", {}))
-        if not isinstance(model_table, dict):
+        if not isinstance(data.get("model", {}), dict):
             raise ConfigError(f"{source}: 'model' must be a table with a 'name' key")
+        model_table = dict(data.get("model", {}))
         name = model_table.pop("name", ModelChoice.name)
         _check_model_name(name, source)
         hints = lookup(name).fields
@@ -178,36 +219,32 @@ def _section(section_class: type, data: Any, key: str, source: str) -> Any:
 
 
 def validate(config: RunConfig, source: str = "config") -> None:
-    """Cross-field checks the dataclasses cannot make on their own."""
+    """The range of every numeric field, and the cross-field checks the dataclasses cannot make
+    on their own."""
     train, eval_ = config.train, config.eval
     data = config.data
+    for key, allowed in RANGES.items():
+        section, _, name = key.partition(".")
+        value = getattr(getattr(config, section), name)
+        values = value if isinstance(value, tuple) else (value,)
+        if not all(v is None or v in allowed for v in values):
+            raise ConfigError(f"{source}: {key} must lie in {allowed}, got {shown(value)}")
     if data.split not in SPLITS:
         raise ConfigError(f"{source}: data.split must be one of {SPLITS}")
     if data.unseen_policy not in UNSEEN_POLICIES:
         raise ConfigError(f"{source}: data.unseen_policy must be one of {UNSEEN_POLICIES}")
-    if not (data.valid_fraction >= 0 and data.test_fraction > 0):
-        raise ConfigError(f"{source}: data.valid_fraction must be ≥ 0, data.test_fraction > 0")
     if data.valid_fraction + data.test_fraction >= 1:
         raise ConfigError(f"{source}: data.valid_fraction + data.test_fraction must be < 1")
     if data.split == "temporal" and data.valid_fraction == 0:
         raise ConfigError(f"{source}: a temporal split needs data.valid_fraction > 0")
-    if config.data.max_len is not None and config.data.max_len < 1:
-        raise ConfigError(f"{source}: data.max_len must be ≥ 1")
     if "max_len" in config.model.overrides:
         raise ConfigError(f"{source}: set the window length as data.max_len, not model.max_len")
     if train.keep not in ("best", "last"):
         raise ConfigError(f"{source}: train.keep must be 'best' or 'last'")
     if train.optimizer not in OPTIMIZERS:
         raise ConfigError(f"{source}: train.optimizer must be one of {OPTIMIZERS}")
-    for name in ("epochs", "batch_size", "patience", "length_groups"):
-        if getattr(train, name) < 1:
-            raise ConfigError(f"{source}: train.{name} must be ≥ 1")
-    if train.lr <= 0 or train.weight_decay < 0 or train.warmup_steps < 0:
-        raise ConfigError(f"{source}: train.lr must be > 0, weight_decay and warmup_steps ≥ 0")
-    if train.grad_clip is not None and train.grad_clip <= 0:
-        raise ConfigError(f"{source}: train.grad_clip must be > 0 or none")
-    if not eval_.ks or min(eval_.ks) < 1 or eval_.batch_size < 1:
-        raise ConfigError(f"{source}: eval.ks must be positive cut-offs, eval.batch_size ≥ 1")
+    if not eval_.ks:
+        raise ConfigError(f"{source}: eval.ks must name at least one cut-off")
     metric, _, cutoff = eval_.valid_metric.partition("@")
     if metric not in ("HR", "NDCG", "MRR", "Recall") or not cutoff.isdigit():
         raise ConfigError(f"{source}: eval.valid_metric must look like 'NDCG@10'")
@@ -257,14 +294,18 @@ def load_config(path: str | Path) -> RunConfig:
     """A ``RunConfig`` from a ``.toml`` or ``.json`` file; errors name the file."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read config ({error.strerror})") from None
+        text = read_text(path)  # a regular file only: a named pipe would block
+    except UnreadableFile as error:
+        raise ConfigError(f"{path}: cannot read config ({error.problem})") from None
+    kind = path.suffix.lstrip(".") or "JSON"
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
-        kind = path.suffix.lstrip(".") or "JSON"
         raise ConfigError(f"{path}: not valid {kind}: {error}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid {kind} here (nested too deeply)") from None
+    except ValueError as error:  # JSON: an integer of more digits than Python converts
+        raise ConfigError(f"{path}: not valid {kind} here ({error})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a table of sections")
     return RunConfig.from_dict(data, source=str(path))

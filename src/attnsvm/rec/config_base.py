@@ -4,6 +4,8 @@
 through plain dicts (``to_dict`` / ``from_dict``) and checks each field's type and range with an
 error that names the class and the field. ``coerce`` turns a value parsed from TOML/JSON, or a
 ``--set`` string, into a field's type, and raises ``ConfigError`` naming the key and its source.
+No float setting anywhere may be NaN or infinite (TOML and JSON both spell them), and ``Range``
+says where a numeric setting may lie.
 A leaf of ``attnsvm.rec``: the network blocks (``nn.losses``), the models and the run
 configuration (``rec/config.py``) all build on it.
 """
@@ -16,6 +18,8 @@ import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Self
+
+from attnsvm.errors import ExpectedFailure, shown
 
 
 @dataclass(frozen=True)
@@ -63,10 +67,35 @@ def _check_type(owner: str, name: str, hint: Any, value: Any) -> None:
         allowed = (*allowed, int)
     if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
         names = " | ".join("None" if a is type(None) else a.__name__ for a in allowed)
-        raise ValueError(f"{owner}.{name} must be {names}, got {type(value).__name__} {value!r}")
+        raise ValueError(
+            f"{owner}.{name} must be {names}, got {type(value).__name__} {shown(value)}"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{owner}.{name} must be a finite number, got {value}")
 
 
-class ConfigError(ValueError):
+@dataclass(frozen=True)
+class Range:
+    """Where a numeric setting may lie: between ``low`` and ``high``, each bound included unless
+    it is open."""
+
+    low: float
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        high = "∞" if self.high == math.inf else f"{self.high:,}"
+        opening, closing = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        return f"{opening}{self.low:,}, {high}{closing}"
+
+
+class ConfigError(ExpectedFailure, ValueError):
     """A bad configuration: names the key (and the file, when it came from one)."""
 
 
@@ -101,7 +130,9 @@ def coerce(value: Any, hint: Any, key: str, source: str) -> Any:
 
 
 def _scalar(value: Any, hint: Any, key: str, source: str) -> Any:
-    bad = ConfigError(f"{source}: {key} must be {getattr(hint, '__name__', hint)}, got {value!r}")
+    bad = ConfigError(
+        f"{source}: {key} must be {getattr(hint, '__name__', hint)}, got {shown(value)}"
+    )
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -120,18 +151,15 @@ def _scalar(value: Any, hint: Any, key: str, source: str) -> Any:
                 raise bad from None
         raise bad
     if hint is float:
-        if isinstance(value, bool):
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise bad
-        if isinstance(value, int | float):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                number = float(value)
-            except ValueError:
-                raise bad from None
-            if math.isfinite(number):
-                return number
-        raise bad
+        try:
+            number = float(value)
+        except (ValueError, OverflowError):  # not a number, or an integer beyond any float
+            raise bad from None
+        if not math.isfinite(number):  # TOML and JSON both spell nan and inf
+            raise ConfigError(f"{source}: {key} must be a finite number, got {shown(value)}")
+        return number
     if hint is str:
         if isinstance(value, str):
             return value

@@ -139,7 +139,7 @@ CORPUS = [
         readers.read_pairs,
         b"1 2\n1 99999999999999999999999\n",
         2,
-        "is not an integer",
+        "is out of the 64-bit integer range",
     ),
     (
         "untyped RecBole header",

@@ -58,6 +58,9 @@ def hit_rate_at_1(net: SequentialRecommender, data: torch.Tensor) -> float:
         # at lr 1e-2 gBCE collapses to one hidden state scoring every item alike
         ("gsasrec", LossConfig(name="gbce", num_negatives=8, gbce_t=0.75), 500, 3e-3),
         ("bert4rec", LossConfig(name="ce"), 300, 1e-2),
+        # the official SASRec-style BCE sum; their auxiliary terms: tests/rec/zoo/test_zoo_staged
+        ("adt", LossConfig(name="bce", num_negatives=1, scale=2.0), 500, 3e-3),
+        ("bicat", LossConfig(name="bce", num_negatives=1, scale=2.0), 500, 3e-3),
     ],
 )
 def test_model_overfits_a_tiny_dataset(name: str, loss: LossConfig, steps: int, lr: float) -> None:

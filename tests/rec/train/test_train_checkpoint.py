@@ -15,6 +15,7 @@ from attnsvm.rec.train.checkpoint import (
     save_resume_state,
     save_weights,
 )
+from attnsvm.rec.train.run_lock import RunInUse
 
 
 @pytest.mark.parametrize("name", ["sasrec", "gsasrec", "bert4rec"])
@@ -57,26 +58,41 @@ def test_run_directory_life_cycle(tmp_path):
     run = RunDirectory.create(tmp_path / "run")
     assert run.work == tmp_path / "run.incomplete" and run.work.is_dir()
     assert not (tmp_path / "run").exists()
-    with pytest.raises(RunDirError, match=r"interrupted run is there; continue it with --resume"):
+    # while a process works in it, nothing else may: the lock names the process
+    with pytest.raises(RunInUse, match=r"another process is working in this run \(process \d+"):
         RunDirectory.create(tmp_path / "run")
-    with pytest.raises(RunDirError, match=r"no resumable run state"):
+    with pytest.raises(RunInUse):
         RunDirectory.for_resume(tmp_path / "run")
-    with pytest.raises(RunDirError, match=r"did not finish; continue it with --resume"):
+    run.release()
+    # interrupted before its config: nothing to resume, and training again reuses the folder
+    with pytest.raises(RunDirError, match=r"interrupted before it wrote its config"):
+        RunDirectory.for_resume(tmp_path / "run")
+    with pytest.raises(RunDirError, match=r"did not finish; continue it with"):
         finished_run(tmp_path / "run")
+    run = RunDirectory.create(tmp_path / "run")
     for name in ("config.json", "model.json", "id_maps.json", "model.safetensors"):
         (run.work / name).write_text("{}")  # a best checkpoint so far is not a finished run
+    run.release()
+    with pytest.raises(RunDirError, match=r"interrupted run is there; continue it with --resume"):
+        RunDirectory.create(tmp_path / "run")
     with pytest.raises(RunDirError, match=r"run.incomplete: the run did not finish"):
         finished_run(run.work)
-    for name in ("config.json", "model.json", "id_maps.json", "model.safetensors"):
-        (run.work / name).unlink()
+    resumed = RunDirectory.for_resume(tmp_path / "run.incomplete")
+    assert resumed.final == tmp_path / "run"
+    assert not resumed.resumable and not resumed.complete  # trains from its first epoch
     (run.work / "resume.pt").write_bytes(b"")
-    assert RunDirectory.for_resume(tmp_path / "run.incomplete").final == tmp_path / "run"
-    assert run.finish() == tmp_path / "run"
-    assert not (tmp_path / "run" / "resume.pt").exists()
+    (run.work / ".model.safetensors.abcd1234.tmp.safetensors").write_bytes(b"half")  # a kill
+    assert resumed.resumable
+    assert resumed.finish() == tmp_path / "run"
+    published = sorted(p.name for p in (tmp_path / "run").iterdir())
+    assert published == ["config.json", "id_maps.json", "model.json", "model.safetensors"]
     with pytest.raises(RunDirError, match=r"already exists"):
         RunDirectory.create(tmp_path / "run")
     with pytest.raises(RunDirError, match=r"this run finished; there is nothing to resume"):
         RunDirectory.for_resume(tmp_path / "run")
+    with pytest.raises(RunDirError, match=r"model.json: damaged \('model' is None\)"):
+        finished_run(tmp_path / "run")
+    (tmp_path / "run" / "config.json").unlink()
     with pytest.raises(RunDirError, match=r"not a run directory \(config.json is missing\)"):
         finished_run(tmp_path / "run")
     with pytest.raises(RunDirError, match=r"no such run directory"):

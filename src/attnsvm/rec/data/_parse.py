@@ -10,6 +10,7 @@ delimited files, splitting lines into fields, converting token columns to ids an
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,29 +18,45 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from attnsvm._files import read_bytes
+from attnsvm.errors import UnreadableFile, shown
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.interactions import Interactions
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+MAX_ID_LENGTH = 1000  # characters of a text id (ASINs have 10, UUIDs 36, URLs a few hundred)
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_ASCII_INTEGERS = re.compile(r"[ \t]*[+-]?[0-9]+[ \t]*(?:\n[ \t]*[+-]?[0-9]+[ \t]*)*")
 
 
 # -- bytes → text → rows -------------------------------------------------------------------
 
 
 def file_bytes(path: str | Path, data: bytes | None) -> bytes:
-    """The file's bytes (``data`` when given); an empty file is an error."""
+    """The file's bytes (``data`` when given); an empty file, or anything but a regular file (a
+    directory, a named pipe that would block), is an error."""
     if data is None:
         try:
-            data = Path(path).read_bytes()
-        except FileNotFoundError:
-            raise DataFormatError(path, "no such file") from None
-        except IsADirectoryError:
-            raise DataFormatError(path, "is a directory, not a file") from None
-        except OSError as error:
-            raise DataFormatError(path, f"cannot be read ({error.strerror})") from None
+            data = read_bytes(path)
+        except UnreadableFile as error:
+            raise DataFormatError(path, error.problem) from None
     if not data.strip():
         raise DataFormatError(path, "is empty")
     return data
+
+
+# Files that are not text, or text in another encoding, by their first bytes: what a user most
+# often gives instead of an export (a compressed file, an Excel workbook, UTF-16 from Windows).
+_OTHER_KINDS = (
+    (b"\x1f\x8b", "is gzip-compressed: decompress it first (gunzip)"),
+    (b"PK\x03\x04", "is a zip archive (or an Excel .xlsx workbook): extract or export it as text"),
+    (b"\xd0\xcf\x11\xe0", "is an Excel .xls workbook: export it as CSV (UTF-8)"),
+    (b"\xff\xfe", "is UTF-16 text: save it as UTF-8"),
+    (b"\xfe\xff", "is UTF-16 text: save it as UTF-8"),
+    (b"BZh", "is bzip2-compressed: decompress it first"),
+    (b"\xfd7zXZ", "is xz-compressed: decompress it first"),
+    (b"PAR1", "is a Parquet file: read it with read_table and a column mapping"),
+)
 
 
 def file_text(path: str | Path, data: bytes | None) -> str:
@@ -48,11 +65,17 @@ def file_text(path: str | Path, data: bytes | None) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
+        kind = next((what for magic, what in _OTHER_KINDS if data.startswith(magic)), None)
+        if kind is not None:
+            raise DataFormatError(path, kind) from None
         line = data.count(b"\n", 0, error.start) + 1
         column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
         raise DataFormatError(
             path, f"is not valid UTF-8 (byte 0x{data[error.start]:02x} at column {column})", line
         ) from None
+    if "\x00" in text:  # valid UTF-8, but no text format holds NUL bytes (UTF-16 without BOM)
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise DataFormatError(path, "holds NUL bytes: not a text file (UTF-16?)", line)
     return text.removeprefix("\ufeff").replace("\r\n", "\n")
 
 
@@ -146,25 +169,31 @@ class Origin:
         hint = ""
         if self.header_hint and line == 1:
             hint = " (line 1 looks like a header; this format has none)"
-        return DataFormatError(self.path, f"{what} {token.strip()!r} {problem}{hint}", line)
+        return DataFormatError(self.path, f"{what} {shown(token.strip())} {problem}{hint}", line)
+
+
+def _all_integers(tokens: Sequence[str]) -> bool:
+    """Whether every token is an integer in ASCII digits: numpy (like ``int``) would also read
+    ``1_000`` as 1000 and Arabic-Indic ``١٢`` as 12, merging ids that differ in the file."""
+    return bool(tokens) and _ASCII_INTEGERS.fullmatch("\n".join(tokens)) is not None
 
 
 def integers(tokens: Sequence[str], what: str, origin: Origin) -> np.ndarray:
     """Tokens as int64; on failure, name the first bad token and its line."""
-    try:
-        return np.array(tokens, dtype=np.int64)
-    except (ValueError, OverflowError):
-        pass  # find the first bad token: numpy does not say which one it was
+    if _all_integers(tokens):
+        try:
+            return np.array(tokens, dtype=np.int64)
+        except (OverflowError, ValueError):  # beyond int64, or beyond the digits int() takes
+            pass  # find the first bad token: numpy does not say which one it was
     values = []
     for index, token in enumerate(tokens):
-        try:
-            value = int(token)
-            ok = _INT64_MIN <= value <= _INT64_MAX
-        except ValueError:
-            ok = False
-        if not ok:
+        text = token.strip(" \t")
+        if _INTEGER.fullmatch(text) is None:
             raise origin.bad(what, token, index, "is not an integer")
-        values.append(value)
+        # no int() of a huge token: Python refuses over 4,300 digits, and 19 digits bound int64
+        if len(text.lstrip("+-").lstrip("0")) > 19 or not _INT64_MIN <= int(text) <= _INT64_MAX:
+            raise origin.bad(what, token, index, "is out of the 64-bit integer range")
+        values.append(int(text))
     return np.array(values, dtype=np.int64)
 
 
@@ -185,17 +214,27 @@ def floats(tokens: Sequence[str], what: str, origin: Origin) -> np.ndarray:
         index = int(bad[0])
         # no header hint: 'inf' or 'nan' parses, so it is a value, not a header word
         raise DataFormatError(
-            origin.path, f"{what} {tokens[index].strip()!r} is not finite", origin.line_of(index)
+            origin.path,
+            f"{what} {shown(tokens[index].strip())} is not finite",
+            origin.line_of(index),
         )
     return values
 
 
-def tokens_as_ids(tokens: Sequence[str]) -> np.ndarray:
-    """Free-form id tokens (RecBole ``:token``, generic tables): int64 when all are integers."""
-    try:
-        return np.array(tokens, dtype=np.int64)
-    except (ValueError, OverflowError):
-        return np.array([t.strip() for t in tokens], dtype=str)
+def tokens_as_ids(tokens: Sequence[str], what: str, origin: Origin) -> np.ndarray:
+    """Free-form id tokens (RecBole ``:token``, generic tables): int64 when all are integers.
+
+    Text ids are stored at the width of the longest, so one huge token would make every id that
+    large: ids beyond ``MAX_ID_LENGTH`` characters are refused."""
+    longest = max(range(len(tokens)), key=lambda index: len(tokens[index]), default=None)
+    if longest is not None and len(tokens[longest]) > MAX_ID_LENGTH:
+        raise origin.bad(what, tokens[longest], longest, f"is over {MAX_ID_LENGTH:,} characters")
+    if _all_integers(tokens):
+        try:
+            return np.array(tokens, dtype=np.int64)
+        except (OverflowError, ValueError):  # beyond int64, or beyond the digits int() takes
+            pass  # kept as the text they are
+    return np.array([t.strip() for t in tokens], dtype=str)
 
 
 # -- header-driven tables -------------------------------------------------------------------
@@ -209,7 +248,7 @@ def header_index(path: str | Path, header: list[str], wanted: dict[str, str | No
             continue
         if name not in header:
             raise DataFormatError(
-                path, f"has no {role} column {name!r} (header: {', '.join(header)})", 1
+                path, f"has no {role} column {name!r} (header: {shown(', '.join(header))})", 1
             )
         index[role] = header.index(name)
     return index
@@ -233,7 +272,7 @@ def from_mapped(
         tokens = columns[index[role]]
         if numeric_ids:
             return integers(tokens, f"{role} id", origin)
-        return tokens_as_ids(tokens)
+        return tokens_as_ids(tokens, f"{role} id", origin)
 
     def numbers_of(role: str) -> np.ndarray | None:
         if role not in index:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attnsvm.errors import ExpectedFailure
 from attnsvm.rec.data.sequences import Sequences
 
 
@@ -33,7 +34,7 @@ def windows(items: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_len: in
     return np.where(inside, np.take(items, index, mode="clip"), 0)  # clip: masked anyway
 
 
-class NoTrainingData(ValueError):
+class NoTrainingData(ExpectedFailure, ValueError):
     """No user has the two training items a next-item target needs."""
 
 

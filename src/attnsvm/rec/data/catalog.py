@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnsvm.errors import UnknownName, shown
 from attnsvm.rec.data import readers
 from attnsvm.rec.data.interactions import Interactions
 
@@ -51,7 +52,10 @@ class DatasetSpec:
     files: tuple[SourceFile, ...]  # accepted raw files, in order of preference
     preprocess: Callable[[Interactions], Interactions]
     preprocessing: str  # the standard preprocessing in words (what `data list` shows)
-    url: str | None = None  # official download
+    # official download, verified by ``checksum``; only a zip may go without one (GroupLens
+    # publishes none for its development releases): its CRC-32 per member catches a damaged
+    # download as the sha256 would (a test holds the registry to this)
+    url: str | None = None
     checksum: str | None = None  # "md5:<hex>" or "sha256:<hex>" of the download, if published
     folders: tuple[str, ...] = ()  # folder names to look for under a ``root`` of raw data
     terms: str = ""
@@ -146,9 +150,9 @@ def _s3rec(
 
 def _synthetic() -> Interactions:
     # imported here: the planted-data generator is not needed to read any real dataset
-    from attnsvm.rec.data.synthetic import make_planted
+    from attnsvm.rec.data.synthetic import builtin_planted
 
-    return make_planted()[0]
+    return builtin_planted()[0]
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -253,13 +257,12 @@ DATASETS: dict[str, DatasetSpec] = {
         ),
         _as_published(
             "steam",
-            "Steam, SASRec pairs version (no checksum published: prepare from a local copy or "
-            "download and pin)",
+            "Steam, SASRec pairs version (SASRec's repository has it on an unpinned branch "
+            "and no checksum is known, so there is no download: prepare from a local copy)",
             SourceFile("Steam.txt", readers.read_pairs),
             "none: SASRec's file is already filtered",
             folders=("steam",),
             terms="Kang & McAuley 2018: research use",
-            url="https://raw.githubusercontent.com/kang205/SASRec/master/data/Steam.txt",
         ),
         _as_published(
             "diginetica",
@@ -298,4 +301,4 @@ def spec(name: str) -> DatasetSpec:
         return DATASETS[name]
     except KeyError:
         known = ", ".join(DATASETS)
-        raise KeyError(f"unknown dataset {name!r}; known: {known}") from None
+        raise UnknownName(f"unknown dataset {shown(name)}; known: {known}") from None

@@ -13,13 +13,14 @@ What each dataset is lives in ``catalog``; finding and verifying its raw file in
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from attnsvm._atomic import atomic_path, write_json
+from attnsvm._files import open_regular, read_json
+from attnsvm.errors import UnreadableFile
 from attnsvm.rec.data import readers
 from attnsvm.rec.data.catalog import DATASETS, DatasetSpec, spec
 from attnsvm.rec.data.errors import ChecksumError, DataFormatError
@@ -98,13 +99,21 @@ def fetch(url: str, target: Path, checksum: str | None, *, progress: bool = True
             urllib.request.urlopen(url, timeout=60) as response,
         ):
             total = int(response.headers.get("Content-Length") or 0) or None
+            received = 0
             columns = (*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn())
             with Progress(*columns, disable=not progress, transient=True) as bar:
                 task = bar.add_task(f"downloading {target.name}", total=total)
                 for block in iter(lambda: response.read(1 << 16), b""):
                     out.write(block)
                     digest.update(block)
+                    received += len(block)
                     bar.update(task, advance=len(block))
+            if total is not None and received != total:
+                raise DataFormatError(
+                    url,
+                    f"download truncated: {received:,} of {total:,} bytes arrived "
+                    "(nothing was kept; try again)",
+                )
             if expected is not None and digest.hexdigest() != expected:
                 raise ChecksumError(
                     url,
@@ -132,9 +141,28 @@ def download(name: str, cache_dir: str | Path | None = None, *, progress: bool =
             f"(attnsvm data prepare {name} --from PATH)",
         )
     raw = resolve_cache_dir(cache_dir) / name / Path(dataset.url).name
+    if raw.exists() and not _matches(raw, dataset.checksum):
+        raw.unlink()  # an older or foreign copy: fetched again rather than trusted
     if not raw.exists():
         fetch(dataset.url, raw, dataset.checksum, progress=progress)
-    return prepare(name, raw, cache_dir)
+    try:
+        return prepare(name, raw, cache_dir)
+    except DataFormatError:
+        raw.unlink(missing_ok=True)  # a download that does not read as the dataset is not kept
+        raise
+
+
+def _matches(path: Path, checksum: str | None) -> bool:
+    """Whether ``path`` has the published digest (without one, the files read from it are
+    checked against their own registered sha256 when it is prepared)."""
+    if checksum is None:
+        return True
+    algorithm, expected = _expected_digest(checksum)
+    digest = hashlib.new(algorithm)
+    with open_regular(path) as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest() == expected
 
 
 def keeps_times(
@@ -154,14 +182,21 @@ def keeps_times(
         except DataFormatError:
             pass  # nothing to read there: loading would fail; answer for the dataset itself
     else:
-        meta = prepared_path(name, cache_dir).with_name("meta.json")
-        prepared_from = (
-            Path(json.loads(meta.read_text()).get("file", "")).name if meta.is_file() else None
-        )
+        meta = _read_meta(prepared_path(name, cache_dir).with_name("meta.json"))
+        prepared_from = Path(str(meta.get("file", ""))).name
         for candidate in dataset.files:
             if candidate.name == prepared_from:
                 return candidate.timed
     return bool(dataset.files) and all(f.timed for f in dataset.files)
+
+
+def _read_meta(path: Path) -> dict:
+    """A cache's ``meta.json``, or nothing where it is absent or damaged (it only informs)."""
+    try:
+        meta = read_json(path)
+    except UnreadableFile:
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def load_dataset(

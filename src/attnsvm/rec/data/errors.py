@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from attnsvm.errors import ExpectedFailure
 
-class DataFormatError(ValueError):
+
+class DataFormatError(ExpectedFailure, ValueError):
     """Bad input data. ``path`` names the file (or archive member); ``line`` is 1-based or None."""
 
     def __init__(self, path: object, message: str, line: int | None = None) -> None:

@@ -10,12 +10,15 @@ ascending order, so the internal ids do not depend on row order either.
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from attnsvm._atomic import atomic_path
+from attnsvm._files import open_regular
+from attnsvm.errors import UnreadableFile, cut
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.sequences import Sequences
 
@@ -280,7 +283,7 @@ class Interactions:
     @classmethod
     def load(cls, path: str | Path) -> Interactions:
         try:
-            with np.load(path, allow_pickle=False) as npz:
+            with open_regular(path) as file, np.load(file, allow_pickle=False) as npz:
                 meta = json.loads(str(npz["meta"]))
                 return cls(
                     user=npz["user"],
@@ -291,5 +294,9 @@ class Interactions:
                     rating=npz.get("rating"),
                     source=meta.get("source", str(path)),
                 )
-        except (OSError, ValueError, KeyError) as error:
-            raise DataFormatError(path, f"not a readable attnsvm cache file ({error})") from None
+        except UnreadableFile as error:
+            raise DataFormatError(path, error.problem) from None
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+            raise DataFormatError(
+                path, f"not a readable attnsvm cache file ({cut(str(error))})"
+            ) from None

@@ -30,7 +30,9 @@ import numpy as np
 import polars as pl
 
 from attnsvm._atomic import write_text
+from attnsvm.errors import shown
 from attnsvm.rec.data._parse import (
+    MAX_ID_LENGTH,
     Origin,
     fast_columns,
     file_bytes,
@@ -86,7 +88,7 @@ def read_movielens_csv(path: str | Path, data: bytes | None = None) -> Interacti
     header = file_text(path, data).split("\n", 1)[0].strip()
     if header != "userId,movieId,rating,timestamp":
         raise DataFormatError(
-            path, f"expected the header 'userId,movieId,rating,timestamp', found {header!r}", 1
+            path, f"expected the header 'userId,movieId,rating,timestamp', found {shown(header)}", 1
         )
     return _rating_table(path, data, ",", skip=1)
 
@@ -105,7 +107,9 @@ def read_per_user(path: str | Path, data: bytes | None = None) -> Interactions:
             continue
         if len(fields) < 2:
             raise DataFormatError(
-                path, f"user {fields[0]!r} has no items (expected 'user item1 item2 ...')", index
+                path,
+                f"user {shown(fields[0])} has no items (expected 'user item1 item2 ...')",
+                index,
             )
         users.append(fields[0])
         lengths.append(len(fields) - 1)
@@ -209,7 +213,7 @@ def read_recbole_inter(
         if not colon or kind not in ("token", "float", "token_seq", "float_seq"):
             raise DataFormatError(
                 path,
-                f"header field {field.strip()!r} is not 'name:type' with type token, float, "
+                f"header field {shown(field.strip())} is not 'name:type' with type token, float, "
                 "token_seq or float_seq (RecBole atomic files have a typed header)",
                 1,
             )
@@ -272,10 +276,9 @@ def read_table(
 
 
 def _read_parquet(path: str | Path, wanted: dict, data: bytes | None) -> Interactions:
+    data = file_bytes(path, data)  # a regular file only: polars would block on a named pipe
     try:
-        frame = pl.read_parquet(io.BytesIO(data) if data is not None else path)
-    except FileNotFoundError:
-        raise DataFormatError(path, "no such file") from None
+        frame = pl.read_parquet(io.BytesIO(data))
     except Exception as error:  # polars raises several types; all mean "not a parquet file"
         raise DataFormatError(
             path, f"is not a readable Parquet file ({type(error).__name__})"
@@ -284,16 +287,41 @@ def _read_parquet(path: str | Path, wanted: dict, data: bytes | None) -> Interac
     for role, name in wanted.items():
         if name is None:
             continue
+        if isinstance(name, int) and not 0 <= name < len(frame.columns):
+            raise DataFormatError(path, f"has no column {name} (it has {len(frame.columns)})")
         key = frame.columns[name] if isinstance(name, int) else name
         if key not in frame.columns:
             raise DataFormatError(
-                path, f"has no {role} column {key!r} (columns: {', '.join(frame.columns)})"
+                path, f"has no {role} column {key!r} (columns: {shown(', '.join(frame.columns))})"
             )
         series = frame.get_column(key)
         if series.null_count():
             row = int(series.is_null().arg_true()[0])
             raise DataFormatError(path, f"{role} column {key!r} is null in row {row + 1}")
-        columns[role] = series.to_numpy()
+        values = series.to_numpy()
+        if role == "timestamp" and values.dtype.kind == "M":  # a datetime column: Unix seconds
+            values = values.astype("datetime64[ns]").astype(np.int64) / 1e9
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            # polars counts NaN as a value, not a null: a NaN time would sort anywhere
+            row = int(np.flatnonzero(~np.isfinite(values))[0])
+            raise DataFormatError(path, f"{role} column {key!r} is not finite in row {row + 1}")
+        if role in ("user", "item") and values.dtype.kind == "f":
+            fractional = (values != np.round(values)) | (np.abs(values) >= 2.0**63)
+            if fractional.any():
+                row = int(np.flatnonzero(fractional)[0])
+                raise DataFormatError(path, f"{role} id in row {row + 1} is not a 64-bit integer")
+            values = values.astype(np.int64)
+        if role in ("user", "item") and series.dtype == pl.String:
+            # text ids are stored at the width of the longest: one huge id makes them all huge
+            too_long = series.str.len_chars() > MAX_ID_LENGTH
+            if too_long.any():
+                row = int(too_long.arg_true()[0])
+                raise DataFormatError(
+                    path, f"{role} id in row {row + 1} is over {MAX_ID_LENGTH:,} characters"
+                )
+        if role in ("user", "item") and values.dtype.kind not in "iuUSO":
+            raise DataFormatError(path, f"{role} column {key!r} holds {values.dtype} values")
+        columns[role] = values
     for role in ("timestamp", "rating"):
         if role in columns:
             if columns[role].dtype.kind not in "iuf":

@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnsvm._files import open_regular, read_bytes
+from attnsvm.errors import UnreadableFile
 from attnsvm.rec.data.catalog import DatasetSpec, SourceFile
 from attnsvm.rec.data.errors import ChecksumError, DataFormatError
+
+# The largest file read out of an archive: ML-25M's ratings.csv is 678 MB; a member declaring
+# more is refused before a byte is decompressed (a zip bomb expands a few kB to many GB).
+MAX_MEMBER_BYTES = 2**31
 
 
 @dataclass(frozen=True)
@@ -37,11 +44,31 @@ class RawFile:
         """The file's bytes and their sha256; with ``verify``, a ChecksumError where the
         registry pins another digest."""
         if self.member is None:
-            data = self.path.read_bytes()
+            try:
+                data = read_bytes(self.path)  # a regular file only: never a blocking read
+            except UnreadableFile as error:
+                raise DataFormatError(self.path, error.problem) from None
         else:
-            with _zip(self.path) as archive:
-                data = archive.read(self.member)
+            data = _read_member(self.path, self.member)
         return data, _verify(self.where, data, self.file.sha256 if verify else None)
+
+
+def _read_member(path: Path, member: str) -> bytes:
+    """An archive member's bytes, refused when encrypted or when it would expand beyond
+    ``MAX_MEMBER_BYTES`` (a zip bomb); the stream stops at the declared size and checks the
+    CRC, so a member cannot expand beyond what its header says."""
+    with _zip(path) as archive:
+        info = archive.getinfo(member)
+        if info.flag_bits & 0x1:
+            raise DataFormatError(f"{path}:{member}", "is encrypted: extract it yourself")
+        if info.file_size > MAX_MEMBER_BYTES:
+            raise DataFormatError(
+                f"{path}:{member}",
+                f"would expand to {info.file_size:,} bytes, over the {MAX_MEMBER_BYTES:,} "
+                "accepted from an archive: extract it yourself",
+            )
+        with archive.open(info) as stream:
+            return stream.read()
 
 
 def _verify(source: str, data: bytes, expected: str | None) -> str:
@@ -58,12 +85,28 @@ def _verify(source: str, data: bytes, expected: str | None) -> str:
 
 @contextmanager
 def _zip(path: Path) -> Iterator[zipfile.ZipFile]:
-    """The archive open; any zip or I/O failure, listing or reading, as one DataFormatError."""
+    """The archive open; any zip or I/O failure, listing or reading, as one DataFormatError
+    (a truncated member ends in EOFError, a corrupt one in zlib.error, an unknown compression
+    method in NotImplementedError)."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_regular(path) as file, zipfile.ZipFile(file) as archive:
             yield archive
-    except (zipfile.BadZipFile, OSError) as error:
+    except UnreadableFile as error:
+        raise DataFormatError(path, error.problem) from None
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError) as error:
         raise DataFormatError(path, f"is a damaged zip archive ({error})") from None
+
+
+def _is_zip(path: Path) -> bool:
+    """A zip by its name or its first bytes, so that a truncated one (which has lost the
+    directory ``zipfile.is_zipfile`` looks for) is reported as a damaged archive."""
+    if path.suffix.lower() == ".zip":
+        return True
+    try:
+        with open_regular(path) as file:
+            return file.read(4) == b"PK\x03\x04" or zipfile.is_zipfile(file)
+    except UnreadableFile as error:
+        raise DataFormatError(path, error.problem) from None
 
 
 def _in_folder(dataset: DatasetSpec, folder: Path) -> RawFile | None:
@@ -85,7 +128,8 @@ def locate_in_root(dataset: DatasetSpec, root: Path) -> RawFile:
         if found is not None:
             return found
     for candidate in dataset.files:
-        if (root / candidate.name).is_file():
+        # exists, not is_file: a directory or a named pipe of that name is reported as such
+        if (root / candidate.name).exists():
             return RawFile(candidate, root / candidate.name)
     folders = ", ".join(f"{f}/" for f in dataset.folders)
     names = ", ".join(f.name for f in dataset.files)
@@ -104,7 +148,7 @@ def locate(dataset: DatasetSpec, source: Path) -> RawFile:
         return locate_in_root(dataset, source)
     if not source.exists():
         raise DataFormatError(source, "no such file or folder")
-    if zipfile.is_zipfile(source):
+    if _is_zip(source):
         with _zip(source) as archive:
             members = {Path(m).name: m for m in archive.namelist() if not m.endswith("/")}
         for candidate in dataset.files:

@@ -23,19 +23,22 @@ from collections.abc import Sequence as SequenceOf
 
 import numpy as np
 
+from attnsvm.errors import InvalidRequest
 from attnsvm.rec.data.sequences import Sequences
 
 RANKING_METRICS = ("HR", "NDCG", "MRR", "Recall")
 
 
 def check_ks(ks: SequenceOf[int], width: int) -> tuple[int, ...]:
-    """The cut-offs as a tuple of ints, each in 1..width, or a ValueError saying which is not."""
+    """The cut-offs as a tuple of ints, each in 1..width, or an InvalidRequest naming the others."""
     ks = tuple(int(k) for k in ks)
     if not ks:
-        raise ValueError("ks must name at least one cut-off")
+        raise InvalidRequest("ks must name at least one cut-off")
     bad = [k for k in ks if not 1 <= k <= width]
     if bad:
-        raise ValueError(f"cut-offs {bad} are outside 1..{width} (the width of the top-k lists)")
+        raise InvalidRequest(
+            f"cut-offs {bad} are outside 1..{width} (the width of the top-k lists)"
+        )
     return ks
 
 

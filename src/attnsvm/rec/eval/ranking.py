@@ -20,6 +20,7 @@ Rules (each is tested against a brute-force reference):
 from __future__ import annotations
 
 import json
+import zipfile
 from collections.abc import Callable
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ import numpy as np
 import torch
 
 from attnsvm._atomic import atomic_path, write_bytes
+from attnsvm._files import open_regular, read_text
+from attnsvm.errors import UnreadableFile, cut
 from attnsvm.rec.data.sequences import EvalTask, Sequences
 from attnsvm.rec.eval.metrics import check_ks, metrics_from_topk
 
@@ -198,14 +201,28 @@ class EvalResult:
 
     @classmethod
     def load(cls, path: str | Path) -> EvalResult:
+        """The result ``save`` wrote; a missing, damaged or mismatched pair of files is an
+        ``UnreadableFile`` naming the file."""
         path = Path(path)
-        with np.load(path.with_suffix(".npz")) as arrays:
-            per_user = {k[len("metric:") :]: arrays[k] for k in arrays.files if k != "users"}
-            users = arrays["users"]
+        arrays_path = path.with_suffix(".npz")
+        with open_regular(arrays_path) as file:
+            try:
+                with np.load(file, allow_pickle=False) as arrays:
+                    per_user = {
+                        k[len("metric:") :]: arrays[k] for k in arrays.files if k != "users"
+                    }
+                    users = arrays["users"]
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+                raise UnreadableFile(arrays_path, f"damaged ({cut(str(error))})") from None
+        if users.ndim != 1 or any(a.shape != users.shape for a in per_user.values()):
+            raise UnreadableFile(arrays_path, "damaged (per-user arrays of different lengths)")
+        text = read_text(path)
         try:
-            return cls.from_json(path.read_text(), per_user, users)
-        except (KeyError, TypeError, json.JSONDecodeError) as error:
-            raise ValueError(f"{path}: not a saved evaluation result ({error!r})") from None
+            return cls.from_json(text, per_user, users)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise UnreadableFile(
+                path, f"not a saved evaluation result ({cut(repr(error))})"
+            ) from None
 
 
 def evaluate(

@@ -17,6 +17,7 @@ from collections.abc import Sequence as SequenceOf
 import numpy as np
 import torch
 
+from attnsvm.errors import InvalidRequest, shown
 from attnsvm.rec.data.sequences import EvalTask
 from attnsvm.rec.eval.metrics import check_ks, metrics_from_topk
 from attnsvm.rec.eval.ranking import (
@@ -49,7 +50,7 @@ def sampling_log_weights(
             )
         weights = weights.copy()
     else:
-        raise ValueError(f"unknown sampler {sampler!r}; choose one of {SAMPLERS}")
+        raise InvalidRequest(f"unknown sampler {shown(sampler)}; choose one of {SAMPLERS}")
     weights[0] = 0.0
     with np.errstate(divide="ignore"):
         return np.log(weights)
@@ -81,7 +82,7 @@ def sample_negatives(
         short = torch.nonzero(available.sum(dim=1) < n_negatives)[:, 0]
         if short.numel():
             row = start + int(short[0])
-            raise ValueError(
+            raise InvalidRequest(
                 f"task row {row} has only {int(available[short[0]].sum())} items to sample "
                 f"from with sampler={sampler!r}; {n_negatives} negatives were asked for"
             )
@@ -134,7 +135,7 @@ def sampled_evaluate(
 ) -> EvalResult:
     """HR/NDCG/MRR/Recall@K among targets + N negatives, named ``HR@10 (sampled: 100 uniform)``."""
     if not 1 <= n_negatives < num_items:
-        raise ValueError(f"n_negatives={n_negatives} must be in 1..{num_items - 1}")
+        raise InvalidRequest(f"n_negatives={n_negatives} must be in 1..{num_items - 1}")
     ks = check_ks(ks, n_negatives + 1)
     negatives = sample_negatives(
         task,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from attnsvm.errors import InvalidRequest, UnknownName, shown
 from attnsvm.rec.eval.ranking import EvalResult
 
 
@@ -20,13 +21,15 @@ def compare(
     """Paired tests of ``metric`` between runs a and b; p-values are two-sided."""
     for name, per_user in (("a", per_user_a), ("b", per_user_b)):
         if metric not in per_user:
-            raise KeyError(f"run {name} has no per-user {metric!r}; it has {sorted(per_user)}")
+            raise UnknownName(
+                f"run {name} has no per-user {shown(metric)}; it has {sorted(per_user)}"
+            )
     a = np.asarray(per_user_a[metric], dtype=np.float64)
     b = np.asarray(per_user_b[metric], dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"per-user {metric!r} arrays differ in shape: {a.shape} vs {b.shape}")
+        raise InvalidRequest(f"per-user {metric!r} arrays differ in shape: {a.shape} vs {b.shape}")
     if a.size < 2:
-        raise ValueError(f"paired tests need at least 2 users, got {a.size}")
+        raise InvalidRequest(f"paired tests need at least 2 users, got {a.size}")
     diff = a - b
     sd = float(diff.std(ddof=1))
     mean_difference = float(diff.mean())
@@ -59,9 +62,9 @@ def compare(
 def compare_results(a: EvalResult, b: EvalResult, metric: str) -> dict[str, float | int | str]:
     """``compare`` after checking that both results cover the same users in the same order."""
     if a.protocol != b.protocol:
-        raise ValueError(f"protocols differ: {a.protocol!r} vs {b.protocol!r}")
+        raise InvalidRequest(f"protocols differ: {a.protocol!r} vs {b.protocol!r}")
     if not np.array_equal(a.users, b.users):
-        raise ValueError(
+        raise InvalidRequest(
             f"the runs were evaluated on different users ({a.users.size} vs {b.users.size} rows, "
             "or a different order); paired tests need the same users"
         )

@@ -23,7 +23,8 @@ Inputs are ``item_seq`` LongTensors (B, L), left-padded with 0, internal item id
   picks them from what a batch has. The trainer and the evaluator pass exactly these.
 - Auxiliary losses: ``auxiliary_weights()`` names the model's extra loss terms with their
   weights, ``auxiliary_losses`` computes them; the trainer adds ``weight · term`` (none by
-  default).
+  default). The training streams named in ``auxiliary_streams()`` (``attnsvm.rec.train.streams``)
+  reach ``auxiliary_losses`` as keywords, in training only.
 - A min–max model (AC-TSR) returns its attack parameters from ``attack_parameters()`` and
   defines ``adversarial_step``; the trainer then trains every other parameter on the loss and
   calls ``adversarial_step`` after each step.
@@ -31,6 +32,7 @@ Inputs are ``item_seq`` LongTensors (B, L), left-padded with 0, internal item id
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -41,7 +43,7 @@ from attnsvm.rec.config_base import Config
 from attnsvm.rec.nn.attention import MultiHeadAttention, attention_modules, record_attention
 from attnsvm.rec.nn.blocks import NORM_LAYOUTS, TransformerBlock, TransformerEncoder
 from attnsvm.rec.nn.embedding import POSITION_KINDS, ItemEmbedding, SequenceEmbedding
-from attnsvm.rec.nn.ffn import ACTIVATIONS
+from attnsvm.rec.nn.ffn import ACTIVATIONS, PointwiseFFN
 
 OBJECTIVES = ("causal", "cloze", "last")
 INITS = ("normal", "xavier_attention", "xavier_normal")
@@ -146,33 +148,53 @@ class SequentialRecommender(nn.Module):
             dropout=config.dropout,
         )
 
-    def build_encoder(self, *, causal: bool, **options) -> TransformerEncoder:
+    def build_encoder(
+        self,
+        *,
+        causal: bool,
+        share_ffn: bool = False,
+        attention: Callable[[], nn.Module] | None = None,
+        pair_mask: bool = True,
+        **options,
+    ) -> TransformerEncoder:
         """``num_blocks`` ``TransformerBlock``s of the config's width, heads, FFN, dropouts and
         layout, as a ``TransformerEncoder``; ``options`` are further block switches (SASRec's
-        ``attention_output_dropout``)."""
+        ``attention_output_dropout``). ``share_ffn``: one FFN for the whole stack instead of one
+        per block; ``attention`` builds each block's attention (default ``MultiHeadAttention``);
+        ``pair_mask``: as ``TransformerEncoder`` takes it."""
         config = self.config
         blocks = [
             TransformerBlock(
                 config.hidden_size,
                 config.num_heads,
-                config.ffn_size,
+                0 if share_ffn else config.ffn_size,
                 dropout=config.dropout,
                 attention_dropout=config.attention_dropout,
                 activation=config.activation,
                 norm=config.norm,
+                attention=None if attention is None else attention(),
                 **options,
             )
             for _ in range(config.num_blocks)
         ]
-        return TransformerEncoder(blocks, causal)
+        shared = None
+        if share_ffn:
+            if config.ffn_size < 1:
+                raise ValueError(f"{type(config).__name__}: share_ffn needs ffn_size ≥ 1")
+            shared = PointwiseFFN(
+                config.hidden_size, config.ffn_size, config.activation, config.dropout
+            )
+        return TransformerEncoder(blocks, causal, shared_ffn=shared, pair_mask=pair_mask)
 
-    def init_weights(self) -> None:
+    def init_weights(self, root: nn.Module | None = None) -> None:
         """Linear and embedding weights as ``config.init`` says, zero biases and padding rows.
 
         ``xavier_attention`` re-draws the Q/K/V weights after the Normal pass rather than
-        skipping them in it: the random stream, and so every recorded run, stays the same."""
+        skipping them in it: the random stream, and so every recorded run, stays the same.
+        ``root``: only that sub-module (a model that adds modules to a built backbone draws
+        theirs after the backbone's, which stay what the backbone alone would draw)."""
         std = self.config.init_std
-        for module in self.modules():
+        for module in (self if root is None else root).modules():
             if isinstance(module, nn.Linear | nn.Embedding):
                 if self.config.init == "xavier_normal":
                     nn.init.xavier_normal_(module.weight)
@@ -184,7 +206,8 @@ class SequentialRecommender(nn.Module):
                 with torch.no_grad():
                     module.weight[module.padding_idx].zero_()
         if self.config.init == "xavier_attention":
-            for attention in self.attention_modules():
+            attentions = self.attention_modules() if root is None else attention_modules(root)
+            for attention in attentions:
                 for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
                     nn.init.xavier_uniform_(projection.weight)
 
@@ -251,6 +274,11 @@ class SequentialRecommender(nn.Module):
         """The model's named auxiliary loss terms and their weights (from its config); the
         trainer adds ``weight · term`` to the loss and never computes a term of weight 0."""
         return {}
+
+    def auxiliary_streams(self) -> tuple[str, ...]:
+        """The training streams (``attnsvm.rec.train.streams``) the active auxiliary terms read;
+        the trainer passes each to ``auxiliary_losses`` as a keyword, none by default."""
+        return ()
 
     def auxiliary_losses(
         self, names: list[str], item_seq: torch.Tensor, hidden: torch.Tensor, **extras

@@ -14,13 +14,20 @@ from typing import Any, NamedTuple
 
 from attnsvm.rec.models.actsr import ACTSR, ACTSRConfig
 from attnsvm.rec.models.adamct import AdaMCT, AdaMCTConfig
+from attnsvm.rec.models.adt import ADT, ADTConfig
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
 from attnsvm.rec.models.bert4rec import BERT4Rec, BERT4RecConfig
+from attnsvm.rec.models.bicat import BiCAT, BiCATConfig
 from attnsvm.rec.models.bsarec import BSARec, BSARecConfig
 from attnsvm.rec.models.convformer import ConvFormer, ConvFormerConfig
+from attnsvm.rec.models.etrec import ETRec, ETRecConfig
 from attnsvm.rec.models.knn import BASELINES, baseline_fields
 from attnsvm.rec.models.matrrec import MaTrRec, MaTrRecConfig
+from attnsvm.rec.models.mrtransformer import MrTransformer, MrTransformerConfig
+from attnsvm.rec.models.rlt4rec import RLT4Rec, RLT4RecConfig
 from attnsvm.rec.models.sasrec import SASRec, SASRecConfig
+from attnsvm.rec.models.sdat import SDAT, SDATConfig
+from attnsvm.rec.models.srt import SRT, SRTConfig
 from attnsvm.rec.models.ssept import SSEPT, SSEPTConfig
 from attnsvm.rec.models.strec import STRec, STRecConfig
 from attnsvm.rec.nn.losses import LossConfig
@@ -42,6 +49,15 @@ MODELS: dict[str, ModelSpec] = {
     "adamct": ModelSpec(AdaMCTConfig, AdaMCT, "attention + CNN, per-user gate (Jiang 2023)"),
     "matrrec": ModelSpec(MaTrRecConfig, MaTrRec, "Mamba block + transformer layer (Zhang 2024)"),
     "strec": ModelSpec(STRecConfig, STRec, "time-scored sparse cross-attention pyramid (Li 2023)"),
+    "adt": ModelSpec(ADTConfig, ADT, "SASRec + head-independence and reconstruction (ADT 2023)"),
+    "bicat": ModelSpec(BiCATConfig, BiCAT, "SASRec, reverse pre-training + self-KD (Jiang 2021)"),
+    "mrtransformer": ModelSpec(
+        MrTransformerConfig, MrTransformer, "preference tokens, coverage, swap (Ma 2023)"
+    ),
+    "etrec": ModelSpec(ETRecConfig, ETRec, "local + block attention, shared FFN (ETRec 2023)"),
+    "sdat": ModelSpec(SDATConfig, SDAT, "time-interval attention bias and gain, GRU (Zang 2021)"),
+    "srt": ModelSpec(SRTConfig, SRT, "ID-free item tower from item features (Zivic 2024)"),
+    "rlt4rec": ModelSpec(RLT4RecConfig, RLT4Rec, "reward-conditioned (rating, item) tokens (2024)"),
 }
 
 
@@ -52,6 +68,20 @@ class Preset:
     loss: LossConfig
     overrides: dict[str, Any] = field(default_factory=dict)
 
+
+# the official SASRec-style codes sum BCE's two terms; the platform's BCE is their mean
+OFFICIAL_BCE = LossConfig(name="bce", num_negatives=1, negatives_avoid_row=True, scale=2.0)
+# defineZYP/ADT sasrec/templates/*.json and utils.get_lambdas (d 256, FFN 256, dropout 0.5)
+ADT_OFFICIAL = {
+    "hidden_size": 256,
+    "ffn_size": 256,
+    "num_blocks": 2,
+    "num_heads": 2,
+    "dropout": 0.5,
+    "attention_dropout": 0.5,
+    "attention_output_dropout": False,
+    "init": "xavier_normal",
+}
 
 PRESETS: dict[str, Preset] = {
     "sasrec": Preset(
@@ -84,6 +114,54 @@ PRESETS: dict[str, Preset] = {
         "bert4rec",
         "BERT4Rec as published: cloze training, full softmax CE over masked positions",
         LossConfig(name="ce"),
+    ),
+    "adt": Preset("adt", "ADT with its official BCE (the λ in the model config)", OFFICIAL_BCE),
+    "adt-ml-1m": Preset(
+        "adt",
+        "ADT as in the official ML-1M run: its λ1, λ2, ‖E‖ weight and template",
+        OFFICIAL_BCE,
+        {
+            **ADT_OFFICIAL,
+            "max_len": 200,
+            "reconstruction_weights": "0.104292,0.065892",
+            "independence_weights": "0.100833,0.000607",
+            "embedding_norm_weight": 1e-3,
+        },
+    ),
+    "adt-beauty": Preset(
+        "adt",
+        "ADT as in the official Beauty (BERT4Rec version) run: its λ1, λ2, ‖E‖ weight, template",
+        OFFICIAL_BCE,
+        {
+            **ADT_OFFICIAL,
+            "max_len": 50,
+            "reconstruction_weights": "0.0124,0.122",
+            "independence_weights": "0.0001,0.0",
+            "embedding_norm_weight": 1e-4,
+        },
+    ),
+    "bicat": Preset(
+        "bicat",
+        "BiCAT's Beauty network and BCE (stages and their weights: attnsvm train --recipe bicat)",
+        OFFICIAL_BCE,
+        {
+            "hidden_size": 128,
+            "ffn_size": 128,
+            "num_blocks": 2,
+            "num_heads": 4,
+            "dropout": 0.7,
+            "attention_dropout": 0.7,
+            "attention_output_dropout": False,
+            "max_len": 100,
+            "init": "xavier_normal",
+        },
+    ),
+    "srt": Preset(
+        "srt",
+        "SRT as published: sampled softmax, 300 popularity negatives, log-q corrected",
+        LossConfig(
+            name="sampled_softmax", num_negatives=300, sampler="popularity", logq_correction=True
+        ),
     ),
 }
 

@@ -243,7 +243,11 @@ class LossConfig(Config):
     ``ce`` (None: all at once). ``negatives_avoid_row`` keeps every item of a training row (its
     window's inputs and targets) out of that row's negatives, as Klenitskiy & Vasilev's sampler
     does (SASRec's avoids the user's whole training sequence, the same for windows that hold all
-    of it); by default only the positive itself is avoided.
+    of it); by default only the positive itself is avoided. ``scale`` multiplies the loss (2 with
+    BCE and one negative gives the official SASRec codes' unhalved sum ``softplus(−s⁺) +
+    softplus(s⁻)``; 0 leaves only the model's auxiliary terms, as a pre-training stage that
+    trains on them alone). ``last_targets = k`` counts only the targets at the last k positions
+    of each window (BiCAT's ``clip_k``); None counts them all.
     """
 
     name: str = "ce"
@@ -258,9 +262,17 @@ class LossConfig(Config):
     #: weight of ``½‖E‖²`` on the input item table, added to the loss as the auxiliary term
     #: ``l2_emb`` (the official SASRec's ``--l2_emb``; 0 there and here)
     l2_emb: float = 0.0
+    scale: float = 1.0
+    last_targets: int | None = None
 
     def __post_init__(self) -> None:
         self._choice("name", LOSS_NAMES)
+        if not (self.scale >= 0 and math.isfinite(self.scale)):
+            raise ValueError(f"LossConfig.scale must be a finite number ≥ 0, got {self.scale}")
+        if self.last_targets is not None and self.last_targets < 1:
+            raise ValueError(
+                f"LossConfig.last_targets must be ≥ 1 or None, got {self.last_targets}"
+            )
         self._choice("sampler", SAMPLERS)
         if self.num_negatives < 1:
             raise ValueError(f"LossConfig.num_negatives must be ≥ 1, got {self.num_negatives}")

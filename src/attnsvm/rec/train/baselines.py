@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnsvm.rec.config import RunConfig
+from attnsvm.rec.config import ConfigError, RunConfig
 from attnsvm.rec.data.splits import Split
 from attnsvm.rec.eval.ranking import EvalResult
 from attnsvm.rec.models.knn import build_baseline
@@ -39,10 +39,13 @@ def evaluate_baseline(model, split: Split, config: RunConfig, stage: str = "test
     )
 
 
-def train_baseline(config: RunConfig, run_dir: str | Path | None = None) -> RunResult:
-    """Fit, rank validation and test users, and publish the run directory."""
+def train_baseline(
+    config: RunConfig, run_dir: str | Path | None = None, *, run: RunDirectory | None = None
+) -> RunResult:
+    """Fit, rank validation and test users, and publish the run directory (or ``run``, an
+    interrupted one being resumed: it is fitted again)."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ValueError(f"baseline {config.model.name!r} fits in one process; drop torchrun")
+        raise ConfigError(f"baseline {config.model.name!r} fits in one process; drop torchrun")
     split = load_split(config.data)
     start = time.perf_counter()
     model = fit_baseline(config, split)
@@ -51,7 +54,8 @@ def train_baseline(config: RunConfig, run_dir: str | Path | None = None) -> RunR
     start = time.perf_counter()
     test = evaluate_baseline(model, split, config, "test")
     test_seconds = time.perf_counter() - start
-    run = RunDirectory.create(Path(run_dir) if run_dir is not None else default_run_dir(config))
+    if run is None:
+        run = RunDirectory.create(Path(run_dir) if run_dir is not None else default_run_dir(config))
     settings = {"name": config.model.name, **config.model.overrides}
     info = {"model": config.model.name, "baseline": True, "model_config": settings}
     run.write_header(config, info, split)

@@ -13,7 +13,10 @@ Auxiliary losses: named terms added to the main loss with weights. A model decla
 (``auxiliary_weights()``, computed by ``auxiliary_losses``) and the loss config adds training
 options (``loss.l2_emb``: ``½‖E‖²`` on the item table, the official SASRec's ``l2_emb``). A term
 of weight 0 is never computed, so the run is exactly the plain one; every other term's
-unweighted mean per epoch is logged under ``aux`` in ``log.jsonl``.
+unweighted mean per epoch is logged under ``aux`` in ``log.jsonl``. The terms a model names in
+``auxiliary_streams()`` also get those training streams' rows (``streams.py``: the window
+before the data transforms, a neighbouring example). The trainer reads the training rows after
+the data transforms (``data/transforms.py``); only training does.
 
 Reproducibility: each epoch re-seeds two streams from (seed, epoch) — the data/negative/mask
 generator and torch's global RNG (dropout) — so an epoch's randomness does not depend on what ran
@@ -24,25 +27,28 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from rich.progress import Progress
 
-from attnsvm.rec.config import RunConfig
+from attnsvm.errors import ExpectedFailure
+from attnsvm.rec.config import ConfigError, RunConfig
 from attnsvm.rec.data.batches import Batch, Examples, make_batch, make_examples
 from attnsvm.rec.data.samplers import avoid_row_items, log_q, negative_sampler
 from attnsvm.rec.data.sequences import EvalTask
 from attnsvm.rec.data.splits import Split
+from attnsvm.rec.data.transforms import training_rows
 from attnsvm.rec.models import SequentialRecommender
 from attnsvm.rec.train import distributed
 from attnsvm.rec.train.optim import OPTIMIZERS, adamw, warmup
 from attnsvm.rec.train.scoring import autocast, check_inputs_available, evaluate_model, subtask
+from attnsvm.rec.train.streams import TrainingStreams
 
 
-class TrainingError(RuntimeError):
+class TrainingError(ExpectedFailure, RuntimeError):
     """Training cannot go on: the loss diverged (NaN or infinite)."""
 
 
@@ -64,6 +70,7 @@ class StepInputs:
     flat: torch.Tensor  # index of each target position into the per-position negatives
     extras: dict[str, torch.Tensor | None]  # users, timestamps, ratings of the windows
     groups: list[tuple[torch.Tensor | slice, int]]  # (rows, width) length groups
+    streams: dict[str, torch.Tensor] = field(default_factory=dict)  # the model's training streams
 
 
 class TrainingLoop:
@@ -80,11 +87,15 @@ class TrainingLoop:
         check_inputs_available(model, split, config.data.dataset)
         self.model = model.to(context.device)
         self.loss = config.resolved_loss()
-        self.examples: Examples = make_examples(split.train, model.objective)
+        self.train_rows = training_rows(split, config.data)
+        self.examples: Examples = make_examples(self.train_rows, model.objective)
         self.popularity = np.bincount(split.train.items, minlength=split.num_items + 1)
         self.log_q = log_q(self.loss.sampler, self.popularity) if self.loss.sampled else None
         self.sampler = None  # this epoch's negative sampler, re-seeded per epoch
         self.aux_weights = {k: w for k, w in model.auxiliary_weights().items() if w != 0}
+        self.streams = TrainingStreams.for_model(
+            model, split.train, self.train_rows, self.examples, config.train.seed
+        )
         if self.loss.l2_emb:
             self.aux_weights["l2_emb"] = self.loss.l2_emb
         train = config.train
@@ -94,7 +105,7 @@ class TrainingLoop:
         trained = [p for p in model.parameters() if id(p) not in attacked]
         self.optimizer = OPTIMIZERS[train.optimizer](trained, train)
         if attack and context.distributed:
-            raise ValueError(
+            raise ConfigError(
                 f"{type(model).__name__}'s adversarial step is single-process only; "
                 "run it without torchrun"
             )
@@ -147,6 +158,8 @@ class TrainingLoop:
             inputs, targets = self.model.mask_items(inputs, generator=generator)
         per_position = targets.ndim == 2
         has_target = targets != 0 if per_position else torch.ones_like(targets, dtype=torch.bool)
+        if per_position and self.loss.last_targets is not None:
+            has_target[:, : -self.loss.last_targets] = False
         total = int(has_target.sum())
         negatives = None
         if self.sampler is not None:
@@ -189,7 +202,7 @@ class TrainingLoop:
         group = int(
             (step.host_mask[rows][:, columns] if per_position else step.host_mask[rows]).sum()
         )
-        if not group:
+        if not group or not self.loss.scale:
             return hidden.sum() * 0.0
         hidden = hidden[mask] if per_position else hidden[:, -1]
         positives = step.targets[rows][:, columns][mask] if per_position else step.targets[rows]
@@ -209,7 +222,7 @@ class TrainingLoop:
         )
         # shares of the global mean: summing gradients over groups and processes gives its
         # gradient whatever the number of groups and processes
-        return loss * (group / step.total)
+        return loss * (self.loss.scale * group / step.total)
 
     def _auxiliary_share(
         self, step: StepInputs, inputs: torch.Tensor, hidden: torch.Tensor, rows, extras
@@ -220,7 +233,10 @@ class TrainingLoop:
         terms: dict[str, torch.Tensor] = {}
         model_terms = [name for name in self.aux_weights if name != "l2_emb"]
         if model_terms:
-            terms.update(self.model.auxiliary_losses(model_terms, inputs, hidden, **extras))
+            streams = TrainingStreams.for_group(step.streams, rows, inputs.shape[1])
+            terms.update(
+                self.model.auxiliary_losses(model_terms, inputs, hidden, **extras, **streams)
+            )
         if "l2_emb" in self.aux_weights:
             terms["l2_emb"] = 0.5 * self.model.items.input.weight.pow(2).sum()
         total = hidden.new_zeros(())
@@ -231,9 +247,15 @@ class TrainingLoop:
 
     def train_step(self, index: np.ndarray, generator: torch.Generator) -> float:
         batch = make_batch(
-            self.split.train, self.examples, index, self.model.objective, self.model.config.max_len
+            self.train_rows, self.examples, index, self.model.objective, self.model.config.max_len
         )
         step = self._prepare(batch, generator)
+        if self.streams.names:
+            owned = distributed.shard(len(index), self.context)
+            step.streams = {
+                name: values[owned].to(self.context.device)
+                for name, values in self.streams.batch(index, self.step).items()
+            }
         device, bf16 = self.context.device, self.config.train.bf16
 
         def closure() -> float:

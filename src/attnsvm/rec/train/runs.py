@@ -7,7 +7,6 @@ again (from ``config.data``) only to find a user's history.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attnsvm.errors import InvalidRequest, cut, shown
 from attnsvm.rec.config import RunConfig, load_config
 from attnsvm.rec.data.sequences import EvalTask, Sequences
 from attnsvm.rec.data.splits import Split
@@ -24,7 +24,15 @@ from attnsvm.rec.eval.sampled import sampled_evaluate
 from attnsvm.rec.models import MODELS, SequentialRecommender
 from attnsvm.rec.models.knn import Baseline
 from attnsvm.rec.train.baselines import fit_baseline
-from attnsvm.rec.train.checkpoint import WEIGHTS, finished_run, load_weights
+from attnsvm.rec.train.checkpoint import (
+    WEIGHTS,
+    RunDirError,
+    check_weights_fit,
+    finished_run,
+    load_weights,
+    read_id_maps,
+    read_model_info,
+)
 from attnsvm.rec.train.scoring import evaluate_scores, load_split, score_function
 
 
@@ -52,8 +60,8 @@ class LoadedRun:
         index = {str(item): i for i, item in enumerate(self.item_ids.tolist()) if i > 0}
         unknown = [item for item in external if str(item) not in index]
         if unknown:
-            shown = ", ".join(map(str, unknown[:5]))
-            raise ValueError(f"unknown item id(s) {shown} (not in this run's catalogue)")
+            listed = ", ".join(cut(str(item)) for item in unknown[:5])
+            raise InvalidRequest(f"unknown item id(s) {listed} (not in this run's catalogue)")
         return np.array([index[str(item)] for item in external], dtype=np.int64)
 
 
@@ -62,9 +70,18 @@ def load_model(folder: str | Path) -> SequentialRecommender:
     eval mode: built from ``model.json``, which holds the sizes the data gave it (catalogue,
     users), so it needs no data and no config overrides."""
     folder = Path(folder)
-    info = json.loads((folder / "model.json").read_text())
-    spec = MODELS[info["model"]]
-    model = spec.model_class(info["num_items"], spec.config_class.from_dict(info["model_config"]))
+    info = read_model_info(folder)
+    spec = MODELS.get(info["model"])
+    try:
+        if spec is None:
+            raise ValueError(f"unknown model {shown(info['model'])}")
+        config = spec.config_class.from_dict(info["model_config"])
+        with torch.device("meta"):  # shapes only, checked against the weights' before building
+            shapes = spec.model_class(info["num_items"], config)
+    except (TypeError, ValueError) as error:
+        raise RunDirError(f"{folder / 'model.json'}: damaged ({cut(str(error))})") from None
+    check_weights_fit(shapes, folder / WEIGHTS)
+    model = spec.model_class(info["num_items"], config)
     load_weights(model, folder / WEIGHTS)
     return model.eval()
 
@@ -73,11 +90,12 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     """Model (best checkpoint; a baseline refitted on the run's data), config and id maps."""
     path = finished_run(run_dir)
     config = load_config(path / "config.json")
-    if json.loads((path / "model.json").read_text()).get("baseline"):
+    if read_model_info(path).get("baseline"):
         model = fit_baseline(config, load_split(config.data))
+        maps = read_id_maps(path)
     else:
         model = load_model(path)
-    maps = json.loads((path / "id_maps.json").read_text())
+        maps = read_id_maps(path, model.num_items)
     return LoadedRun(path, config, model, np.array(maps["items"]), np.array(maps["users"]))
 
 
@@ -126,11 +144,11 @@ class RunOnSplit:
 def open_run(run_dir: str | Path, split: str = "test") -> RunOnSplit:
     """Load a finished run and its data's ``split``, checking that they still match."""
     if split not in ("test", "valid"):
-        raise ValueError(f"split must be 'test' or 'valid', got {split!r}")
+        raise InvalidRequest(f"split must be 'test' or 'valid', got {shown(split)}")
     run = load_run(run_dir)
     data = load_split(run.config.data)
     if not run.baseline and data.num_items != run.model.num_items:
-        raise ValueError(
+        raise RunDirError(
             f"{run.run_dir}: the data now has {data.num_items} items, "
             f"the model {run.model.num_items}"
         )
@@ -157,6 +175,7 @@ class UserHistory:
     items: list  # external item ids, oldest first
     times: np.ndarray | None  # their timestamps, if the data has them
     internal_user: int
+    ratings: np.ndarray | None = None  # their ratings, if the data has them
 
 
 def user_history(run: LoadedRun, user: object) -> UserHistory:
@@ -166,12 +185,13 @@ def user_history(run: LoadedRun, user: object) -> UserHistory:
     data = load_dataset(run.config.data.dataset, root=run.config.data.root)
     rows = {str(u): r for r, u in enumerate(data.user_ids.tolist())}
     if str(user) not in rows:
-        raise ValueError(f"unknown user id {user} (not in {run.config.data.dataset})")
+        raise InvalidRequest(f"unknown user id {cut(str(user))} (not in {run.config.data.dataset})")
     row = rows[str(user)]
     sequences = data.to_sequences()
     span = slice(sequences.offsets[row], sequences.offsets[row + 1])
     times = None if sequences.times is None else sequences.times[span]
-    return UserHistory(data.item_ids[sequences.items[span]].tolist(), times, row)
+    ratings = None if sequences.ratings is None else sequences.ratings[span]
+    return UserHistory(data.item_ids[sequences.items[span]].tolist(), times, row, ratings)
 
 
 def _next_item_scores(run: LoadedRun, internal: np.ndarray, known: UserHistory) -> torch.Tensor:
@@ -179,7 +199,7 @@ def _next_item_scores(run: LoadedRun, internal: np.ndarray, known: UserHistory) 
     through the same scoring path as evaluation."""
     user = np.array([known.internal_user])
     offsets = np.array([0, internal.size])
-    history = Sequences(offsets, internal, user, known.times)
+    history = Sequences(offsets, internal, user, known.times, known.ratings)
     nothing = Sequences(np.zeros(2, dtype=np.int64), np.zeros(0, dtype=np.int64), user)
     return run.scores(EvalTask(user, history, nothing, nothing))(np.array([0]))[0]
 
@@ -193,24 +213,27 @@ def recommend(
     "unknown user" vector. A time-aware model (STRec) needs ``user``: a bare history has no times.
     """
     if (user is None) == (history is None):
-        raise ValueError("give exactly one of user or history")
+        raise InvalidRequest("give exactly one of user or history")
     run = load_run(run_dir)
     # a bare history belongs to no row of the user table: -1 selects the unknown-user vector
     known = user_history(run, user) if user is not None else UserHistory(list(history), None, -1)
     if not known.items:
-        raise ValueError("the history is empty")
-    if not run.baseline and "timestamps" in run.model.extra_inputs and known.times is None:
-        raise ValueError(
-            f"{type(run.model).__name__} needs event times: recommend for a --user of the data, "
-            "not a bare --history"
-        )
+        raise InvalidRequest("the history is empty")
+    needed = {"timestamps": ("times", known.times), "ratings": ("ratings", known.ratings)}
+    for name, (what, values) in needed.items():
+        if not run.baseline and name in run.model.extra_inputs and values is None:
+            raise InvalidRequest(
+                f"{type(run.model).__name__} needs event {what}: recommend for a --user of the "
+                "data, not a bare --history"
+            )
     internal = run.internal_items(known.items)
     num_items = len(run.item_ids) - 1
     if not 1 <= k <= num_items - len(set(internal.tolist())):
-        raise ValueError(f"k must lie in 1..{num_items - len(set(internal.tolist()))}")
+        raise InvalidRequest(f"k must lie in 1..{num_items - len(set(internal.tolist()))}")
     with torch.inference_mode():
         scores = _next_item_scores(run, internal, known)
         scores[torch.from_numpy(internal)] = -torch.inf
+        scores[0] = -torch.inf  # the padding id: a baseline scores it like an item
         # stable: equal scores keep the lower item id first, as in evaluation
         order = torch.sort(scores, descending=True, stable=True).indices[:k]
     return run.item_ids[order.numpy()].tolist()

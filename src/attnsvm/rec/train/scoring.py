@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from attnsvm.rec.config import DataConfig, EvalConfig, RunConfig
+from attnsvm.rec.config import ConfigError, DataConfig, EvalConfig, RunConfig
 from attnsvm.rec.data.sequences import EvalTask
 from attnsvm.rec.data.splits import Split, leave_one_out, session_split, temporal_split
 from attnsvm.rec.eval.metrics import metrics_from_topk
@@ -81,7 +81,7 @@ def check_inputs_available(model: SequentialRecommender, split: Split, dataset: 
                 if name == "timestamps"
                 else ("ml-100k or ml-latest-small")
             )
-            raise ValueError(
+            raise ConfigError(
                 f"model {type(model).__name__} needs event {name} and dataset {dataset!r} has "
                 f"none (use one with {name}, e.g. {example})"
             )

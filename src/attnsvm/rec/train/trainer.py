@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from attnsvm._atomic import write_json
+from attnsvm.errors import shown
 from attnsvm.rec.config import RunConfig, load_config, validate
 from attnsvm.rec.eval.sampled import sampled_evaluate
 from attnsvm.rec.models import resolve
@@ -36,15 +37,19 @@ from attnsvm.rec.train.checkpoint import (
     RESUME,
     WEIGHTS,
     RunDirectory,
+    RunDirError,
     RunResult,
     default_run_dir,
     load_resume_state,
     load_weights,
+    published_result,
     save_resume_state,
     save_weights,
 )
 from attnsvm.rec.train.loop import TrainingError, TrainingLoop
 from attnsvm.rec.train.memory import keep_freed_memory
+from attnsvm.rec.train.preflight import check_run_fits
+from attnsvm.rec.train.run_lock import holding_run_locks
 from attnsvm.rec.train.scoring import build, evaluate_model, load_split, score_function
 from attnsvm.rec.train.warm_start import init_from
 
@@ -63,39 +68,58 @@ def train(
 
     A non-neural baseline (``pop``, ``sknn``, ``vsknn``, ``vstan``) is fitted instead
     (:mod:`attnsvm.rec.train.baselines`)."""
-    if not resume and lookup(config.model.name).baseline:
-        return train_baseline(config, run_dir)
-    context = distributed.init_from_env()
+    with holding_run_locks():  # a run that fails in-process leaves its folder unlocked
+        if not resume and lookup(config.model.name).baseline:
+            return train_baseline(config, run_dir)
+        context = distributed.init_from_env()
+        try:
+            return _train(config, run_dir, callbacks, resume, show_progress, context)
+        finally:
+            distributed.shutdown(context)
+
+
+def _interrupted(run_dir, context) -> RunDirectory:
+    """The interrupted run at ``run_dir``, locked by the main process."""
+    if run_dir is None:
+        raise ValueError("resume needs the run directory")
+    return RunDirectory.for_resume(run_dir, lock=context.is_main)
+
+
+def _restore(loop: TrainingLoop, path: Path) -> None:
+    state = load_resume_state(path, (*TrainingLoop.COUNTERS, "model", "optimizer", "scheduler"))
     try:
-        return _train(config, run_dir, callbacks, resume, show_progress, context)
-    finally:
-        distributed.shutdown(context)
+        loop.restore(state)
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:  # a state of another run
+        raise RunDirError(
+            f"{path}: does not fit this run ({shown(str(error))}); delete it and --resume "
+            "again to train the run from its first epoch"
+        ) from None
 
 
-def _start(config: RunConfig, run_dir, resume: bool, context) -> tuple[TrainingLoop, RunDirectory]:
-    """The loop, restored from ``resume.pt`` or fresh (then the run directory's header is
-    written and ``train.init_from`` applied)."""
-    if resume:
-        if run_dir is None:
-            raise ValueError("resume needs the run directory")
-        run = RunDirectory.for_resume(run_dir)
-        config = load_config(run.work / "config.json")
-        split = load_split(config.data)
-        loop = TrainingLoop(config, split, build(config, split.num_items, split.num_users), context)
-        loop.restore(load_resume_state(run.work / RESUME))
-        return loop, run
-    validate(config)
+def _start(
+    config: RunConfig, run: RunDirectory | None, run_dir, context
+) -> tuple[TrainingLoop, RunDirectory]:
+    """The loop, restored from the interrupted ``run``'s ``resume.pt`` or fresh (then the run
+    directory's header is written and ``train.init_from`` applied)."""
+    if run is None:
+        validate(config)
     split = load_split(config.data)
+    check_run_fits(config, split, context.device)
     model = build(config, split.num_items, split.num_users)
+    if run is not None and run.resumable:
+        loop = TrainingLoop(config, split, model, context)
+        _restore(loop, run.work / RESUME)
+        return loop, run
+    # a new run, or one interrupted before its first epoch ended: the seed makes them the same
     warm = None
     if config.train.init_from is not None:
         warm = init_from(model, config.train.init_from, split.item_ids, config.train.init_strict)
     loop = TrainingLoop(config, split, model, context)
-    if run_dir is None:
-        run_dir = distributed.broadcast_object(default_run_dir(config), context)
-    run = RunDirectory(run_dir)
+    if run is None:
+        if run_dir is None:
+            run_dir = distributed.broadcast_object(default_run_dir(config), context)
+        run = RunDirectory.create(run_dir) if context.is_main else RunDirectory(run_dir)
     if context.is_main:
-        run = RunDirectory.create(run_dir)
         resolved = replace(config, loss=loop.loss)
         model_info = {
             "model": resolve(config.model.name)[0],
@@ -104,7 +128,7 @@ def _start(config: RunConfig, run_dir, resume: bool, context) -> tuple[TrainingL
         run.write_header(resolved, model_info, split)
         if warm is not None:
             write_json(run.work / "init_from.json", warm.to_json())
-            Console(stderr=True).print(warm.summary(), highlight=False)
+            Console(stderr=True, markup=False).print(warm.summary(), highlight=False)
     distributed.barrier(context)
     distributed.broadcast_parameters(model, context)
     return loop, run
@@ -112,9 +136,20 @@ def _start(config: RunConfig, run_dir, resume: bool, context) -> tuple[TrainingL
 
 def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunResult:
     keep_freed_memory()
+    run = None
+    if resume:
+        run = _interrupted(run_dir, context)
+        if run.complete:  # interrupted after its results, before its rename: only that is left
+            if context.is_main:
+                run.finish()
+            distributed.barrier(context)
+            return published_result(run.final)
+        config = load_config(run.work / "config.json")
+        if lookup(config.model.name).baseline:
+            return train_baseline(config, run=run)
     if config.train.num_threads is not None:
         torch.set_num_threads(config.train.num_threads)
-    loop, run = _start(config, run_dir, resume, context)
+    loop, run = _start(config, run, run_dir, context)
     config, model, split = loop.config, loop.model, loop.split
     for callback in callbacks:
         if context.is_main and hasattr(callback, "on_train_begin"):

@@ -16,18 +16,25 @@ are. Strict mode refuses differing catalogues.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from attnsvm.errors import ExpectedFailure
 from attnsvm.rec.models import SequentialRecommender
-from attnsvm.rec.train.checkpoint import WEIGHTS, RunDirError, finished_run, read_weights
+from attnsvm.rec.train.checkpoint import (
+    WEIGHTS,
+    RunDirError,
+    finished_run,
+    read_id_maps,
+    read_model_info,
+    read_weights,
+)
 
 
-class InitError(ValueError):
+class InitError(ExpectedFailure, ValueError):
     """The source run cannot initialise this model as asked."""
 
 
@@ -60,10 +67,13 @@ def _source(run_dir: str | Path) -> tuple[Path, dict, np.ndarray]:
         path = finished_run(run_dir)
     except RunDirError as error:
         raise InitError(f"train.init_from: {error}") from None
-    info = json.loads((path / "model.json").read_text())
-    if info.get("baseline"):
-        raise InitError(f"train.init_from: {path} is a baseline run; it has no weights")
-    items = np.array(json.loads((path / "id_maps.json").read_text())["items"]).astype(str)
+    try:
+        info = read_model_info(path)
+        if info.get("baseline"):
+            raise InitError(f"train.init_from: {path} is a baseline run; it has no weights")
+        items = np.array(read_id_maps(path, info["num_items"])["items"]).astype(str)
+    except RunDirError as error:
+        raise InitError(f"train.init_from: {error}") from None
     return path, info, items
 
 
