@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from attnsvm.errors import InvalidRequest
 from attnsvm.rec.config import RunConfig, apply_overrides, validate
 from attnsvm.rec.data.sequences import EvalTask, Sequences
 from attnsvm.rec.train.bulk import full_history_task, ranked_batches
@@ -110,13 +111,13 @@ class Recommender:
 
         run = self._loaded()
         if (users is None) == (histories is None):
-            raise ValueError("give exactly one of users or histories")
+            raise InvalidRequest("give exactly one of users or histories")
         task, queries = (
             self._user_task(users) if users is not None else self._history_task(histories)
         )
         num_items = len(run.item_ids) - 1
         if not 1 <= k <= num_items:
-            raise ValueError(f"k must lie in 1..{num_items}, got {k}")
+            raise InvalidRequest(f"k must lie in 1..{num_items}, got {k}")
         ids = np.zeros((len(task), k), dtype=np.int64)
         values = np.zeros((len(task), k), dtype=np.float32)
         for rows, batch_ids, batch_values in ranked_batches(
@@ -162,7 +163,7 @@ class Recommender:
     def _user_task(self, users: list) -> tuple[EvalTask, list]:
         unknown = [u for u in users if str(u) not in self._row]
         if unknown:
-            raise ValueError(f"unknown user id(s) {', '.join(map(str, unknown[:5]))}")
+            raise InvalidRequest(f"unknown user id(s) {', '.join(map(str, unknown[:5]))}")
         rows = np.array([self._row[str(u)] for u in users], dtype=np.int64)
         everyone = self._everyone
         task = EvalTask(
@@ -176,14 +177,14 @@ class Recommender:
     def _history_task(self, histories: list[list]) -> tuple[EvalTask, list]:
         run = self._loaded()
         if any(len(h) == 0 for h in histories):
-            raise ValueError("a history is empty")
+            raise InvalidRequest("a history is empty")
         internal = [run.internal_items(list(h)) for h in histories]
         users = np.full(len(internal), -1, dtype=np.int64)  # no user: the unknown-user vector
         history = Sequences.from_lists([h.tolist() for h in internal], users=users.tolist())
         seen = Sequences.from_lists([np.unique(h).tolist() for h in internal], users.tolist())
         nothing = Sequences.from_lists([[] for _ in internal], users.tolist())
         if "timestamps" in getattr(run.model, "extra_inputs", ()):
-            raise ValueError(
+            raise InvalidRequest(
                 f"{type(run.model).__name__} needs event times: recommend for users of the data"
             )
         return EvalTask(users, history, nothing, seen), list(range(len(histories)))

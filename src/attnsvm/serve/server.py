@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnsvm.errors import InvalidRequest
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -31,15 +33,15 @@ class ServeOptions:
 
     def check(self) -> None:
         if not 0 <= self.port <= 65535:
-            raise ValueError(f"port must lie in 0..65535, got {self.port}")
+            raise InvalidRequest(f"port must lie in 0..65535, got {self.port}")
         if self.workers < 1:
-            raise ValueError(f"workers must be ≥ 1, got {self.workers}")
+            raise InvalidRequest(f"workers must be ≥ 1, got {self.workers}")
         if self.max_batch < 1:
-            raise ValueError(f"max_batch must be ≥ 1, got {self.max_batch}")
+            raise InvalidRequest(f"max_batch must be ≥ 1, got {self.max_batch}")
         if not 0 <= self.max_wait_ms <= 1000:
-            raise ValueError(f"max_wait_ms must lie in 0..1000, got {self.max_wait_ms}")
+            raise InvalidRequest(f"max_wait_ms must lie in 0..1000, got {self.max_wait_ms}")
         if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be ≥ 1, got {self.threads}")
+            raise InvalidRequest(f"threads must be ≥ 1, got {self.threads}")
 
 
 def is_loopback(host: str) -> bool:

@@ -287,6 +287,19 @@ class SequentialRecommender(nn.Module):
         ``forward(item_seq, **extras)`` gave ``hidden``."""
         raise NotImplementedError(f"{type(self).__name__} defines no auxiliary loss {names}")
 
+    def item_tables(self) -> list[str]:
+        """Names of the state-dict entries whose row i belongs to item i (the item table's):
+        ``train.init_from`` remaps exactly these by external id across catalogues. A model
+        whose items are built from their features (SRT) has none."""
+        # every path to the table: a module that holds it too (the input embedding) names it
+        # again in the state dict
+        return [
+            f"{prefix}.{name}"
+            for prefix, module in self.named_modules(remove_duplicate=False)
+            if isinstance(module, ItemEmbedding)
+            for name in module.state_dict()
+        ]
+
     def attack_parameters(self) -> list[nn.Parameter]:
         """Parameters trained adversarially (by ``adversarial_step``), none by default."""
         return []

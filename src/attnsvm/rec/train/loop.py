@@ -97,6 +97,11 @@ class TrainingLoop:
             model, split.train, self.train_rows, self.examples, config.train.seed
         )
         if self.loss.l2_emb:
+            if not model.item_tables():
+                raise ConfigError(
+                    f"loss.l2_emb penalises the item table and {type(model).__name__} has none "
+                    "(its items are built from their features); set loss.l2_emb = 0"
+                )
             self.aux_weights["l2_emb"] = self.loss.l2_emb
         train = config.train
         # a min-max model trains its attack parameters in its own ascent step, nothing else does

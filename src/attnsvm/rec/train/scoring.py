@@ -58,12 +58,21 @@ def seed_everything(seed: int) -> None:
 
 def build(config: RunConfig, num_items: int, num_users: int = 0) -> SequentialRecommender:
     """The run's model, initialised from ``train.seed``, with ``data.max_len`` as its window;
-    a model with a user table (SSE-PT) gets ``num_users`` rows unless the config sets them."""
+    a model with a user table (SSE-PT) gets ``num_users`` rows and one built from item features
+    (SRT) reads them from the run's dataset, unless the config sets them."""
     overrides = dict(config.model.overrides)
     name = resolve(config.model.name)[0]
-    has_users = "num_users" in {f.name for f in dataclasses.fields(MODELS[name].config_class)}
-    if has_users and "num_users" not in overrides:
-        overrides["num_users"] = num_users
+    fields = {f.name for f in dataclasses.fields(MODELS[name].config_class)}
+    # sizes and sources the data decides, unless the config sets them: a user table's rows
+    # (SSE-PT), the catalogue whose item features build the item table (SRT)
+    from_data = {
+        "num_users": num_users,
+        "features_dataset": config.data.dataset,
+        "features_root": config.data.root,
+    }
+    for key, value in from_data.items():
+        if key in fields and key not in overrides:
+            overrides[key] = value
     if config.data.max_len is not None:
         overrides["max_len"] = config.data.max_len
     name, model_config, _ = resolve(config.model.name, **overrides)

@@ -7,11 +7,11 @@ source's other parameters are skipped and the new model's others keep their fres
 initialisation; the lists are printed and written to ``init_from.json`` in the new run.
 
 Item tables follow the items, not the row numbers. When the two runs' catalogues differ (another
-dataset, another filter), each tensor indexed by item id — its first dimension is the catalogue
-plus padding, plus the same number of special rows (BERT4Rec's mask token) — is remapped by
-external id: row ``i`` of the new model takes the source row of the same external item, and
-items the source never saw keep their fresh rows. Padding and special rows carry over as they
-are. Strict mode refuses differing catalogues.
+dataset, another filter), each tensor of the model's item table (``model.item_tables()``: its
+first dimension is the catalogue plus padding, plus any special rows such as BERT4Rec's mask
+token) is remapped by external id: row ``i`` of the new model takes the source row of the same
+external item, and items the source never saw keep their fresh rows. Padding and special rows
+carry over as they are. Strict mode refuses differing catalogues.
 """
 
 from __future__ import annotations
@@ -110,11 +110,12 @@ def init_from(
     report = InitReport(str(path), strict)
     rows = None if same_catalogue else _row_map(new_items, old_items)
     state = {}
+    item_tables = set(model.item_tables())
     for name, fresh in target.items():
         old = source.get(name)
         item_table = (
-            old is not None
-            and old.ndim >= 1
+            name in item_tables
+            and old is not None
             and old.shape[0] - old_count == fresh.shape[0] - new_count >= 1
             and old.shape[1:] == fresh.shape[1:]
         )
