@@ -103,6 +103,11 @@ def float64_copy(model: SequentialRecommender) -> SequentialRecommender:
 
 def head_grid(model: SequentialRecommender, layer: int | None, head: int | None):
     """``[(layer, head), …]`` to analyse: all of them, or the requested ones (checked)."""
+    if not model.attention_over_items:
+        raise LensError(
+            f"{type(model).__name__}'s attention runs over tokens that are not the history's "
+            "items, so the lens cannot read it item by item"
+        )
     modules = model.attention_modules()
     if not modules:
         raise LensError(f"{type(model).__name__} has no attention layers")

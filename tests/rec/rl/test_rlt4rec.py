@@ -8,6 +8,7 @@ import pytest
 import torch
 from rated_helpers import GROUPS, ITEMS, planted_interactions, write_planted_csv
 
+from attnsvm.errors import InvalidRequest
 from attnsvm.rec.config import (
     ConfigError,
     DataConfig,
@@ -27,7 +28,7 @@ from attnsvm.rec.sim.rlt4rec_training import (
     train_rlt4rec,
 )
 from attnsvm.rec.sim.simulator import FitSettings, fit_simulator
-from attnsvm.rec.train.runs import load_run
+from attnsvm.rec.train.runs import load_run, recommend
 from attnsvm.rec.train.trainer import train
 
 NUM_ITEMS, LENGTH = 30, 8
@@ -177,8 +178,20 @@ def test_the_platform_trainer_trains_it_on_rated_logs_and_refuses_data_without(t
     result = train(config, tmp_path / "run", show_progress=False)
     log = (result.run_dir / "log.jsonl").read_text()
     assert '"rating"' in log  # the rating head's auxiliary term is logged
+    assert len(recommend(result.run_dir, user=4, k=5)) == 5  # the user's ratings are read
+    with pytest.raises(InvalidRequest, match="needs event ratings"):
+        recommend(result.run_dir, history=[1, 2, 3])
     clicks = tmp_path / "clicks.txt"
     clicks.write_text("".join(f"{u} {u % 7 + 1} {u % 5 + 8} {u % 3 + 14}\n" for u in range(20)))
     no_ratings = dataclasses.replace(config, data=DataConfig(dataset=str(clicks), max_len=LENGTH))
     with pytest.raises(ConfigError, match="needs event ratings"):
         train(no_ratings, tmp_path / "refused", show_progress=False)
+
+
+def test_the_lens_refuses_it_with_a_reason():
+    from attnsvm.lens.extract import LensError, head_grid
+    from attnsvm.rec.models import build_model
+
+    model = build_model("rlt4rec", 20, hidden_size=16, ffn_size=16, num_heads=2)
+    with pytest.raises(LensError, match="not the history's items"):
+        head_grid(model, None, None)

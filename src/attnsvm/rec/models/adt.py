@@ -20,7 +20,8 @@ defineZYP/ADT ``sasrec/modules.py``, ``model.py``, ``main.py``, ``utils.py``):
 (its Beauty is ``amazon-beauty-bert4rec``); the λ-grid evolutionary search that found them is
 not part of this model.
 
-**Switches for what is the official code's and what is ours:**
+The paper itself could not be read in full: the mechanism above is the official code's, and
+the parts where this port chooses are switches:
 
 - ``independence_last_layer_weight``: the official ``main.py`` weights every layer's
   independence loss by ``lambdas2[i]``, ``i`` left over from the reconstruction loop (the last

@@ -115,6 +115,9 @@ class SequentialRecommender(nn.Module):
     #: True if outputs at real positions do not depend on how much left padding precedes them
     #: (padding keys masked, positions counted from the right): scoring may then drop it
     padding_free: ClassVar[bool] = False
+    #: False where the attention runs over tokens that are not the window's items (RLT4Rec
+    #: interleaves rating and item tokens): the lens, which reads attention item by item, refuses
+    attention_over_items: ClassVar[bool] = True
     items: ItemEmbedding
 
     def __init__(self, num_items: int, config: TransformerConfig) -> None:

@@ -20,9 +20,10 @@ one encoder serves every stream. What BiCAT adds is how it is trained, in three 
    with both right-aligned.
 
 **From the official code** (juyongjiang/BiCAT ``model.py``, ``sampler.py``, ``util.py``,
-``run_*.sh``): the SASRec layout, the reversed main stream, the forward stream's window (the
-newest items of the row, predicting each next item), λ = 0.4 and α = 1.0 for Beauty, the
-hidden-state (not item-logit) KL and the generation procedure. The BCE there is the unhalved
+``run_*.sh``; the paper could not be read in full): the SASRec layout, the reversed main
+stream, the forward stream's window (the newest items of the row, predicting each next item),
+λ = 0.4 and α = 1.0 for Beauty, the hidden-state (not item-logit) KL and the generation
+procedure. The BCE there is the unhalved
 sum ``softplus(−s⁺) + softplus(s⁻)``: the presets train with ``loss.scale = 2`` (the platform's
 BCE is the mean of the two terms) and ``forward`` uses the same sum.
 

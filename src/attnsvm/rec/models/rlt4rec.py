@@ -98,6 +98,7 @@ class RLT4Rec(SequentialRecommender):
     config_class = RLT4RecConfig
     extra_inputs = ("ratings",)
     padding_free = True
+    attention_over_items = False  # 2L + 1 interleaved rating and item tokens
 
     def __init__(self, num_items: int, config: RLT4RecConfig | None = None) -> None:
         config = config or RLT4RecConfig()

@@ -15,7 +15,8 @@ stage-1 config with this stage's ``train`` section, ``init_from`` naming stage 1
 ``model.json`` and ``model.safetensors`` (the actor), ``init_from.json``, ``log.jsonl``,
 ``test_eval.json`` and ``metrics.json``, plus ``crr.json`` (the CRR settings) — so ``attnsvm
 evaluate``, ``recommend`` and ``compare`` work on it. ``metrics.json`` adds ``test_liked``: the
-metrics over the test users whose held-out item they rated ≥ ``crr.like_threshold``.
+metrics over the test users whose held-out item they rated ≥ ``crr.like_threshold``. There is
+no ``--resume``: an interrupted ``RUN.incomplete`` is deleted and the run started again.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ users (``test_users`` per group, 200 as ``evaluate_online``) are played once at 
 The run directory has the platform's layout (``config.json``, ``model.json``,
 ``model.safetensors``, ``id_maps.json`` over the simulator's items, ``log.jsonl``,
 ``metrics.json``) plus ``simulation.json``, a copy of the simulator (``simulator/``) and the test
-episodes (``episodes.json``/``.npz``/``.png``), so ``attnsvm rl episodes`` can replay it.
+episodes (``episodes.json``/``.npz``/``.png``), so ``attnsvm rl episodes`` can replay it
+(``attnsvm evaluate`` cannot: its catalogue is the simulator's, not the dataset's). There is no
+``--resume``: an interrupted ``RUN.incomplete`` is deleted and the run started again.
 """
 
 from __future__ import annotations
@@ -112,6 +114,10 @@ def logged_histories(simulator: GroupSimulator) -> Sequences:
     from attnsvm.rec.data.datasets import load_dataset
 
     source = simulator.source
+    if "dataset" not in source:
+        raise ConfigError(
+            "the simulator does not name its dataset: refit it with attnsvm rl simulator"
+        )
     data = load_dataset(source["dataset"], root=source.get("root"))
     index = {str(item): i + 1 for i, item in enumerate(simulator.item_ids.tolist())}
     column = np.array([index.get(str(item), 0) for item in data.item_ids.tolist()])
