@@ -70,7 +70,10 @@ def left_by_the_kill(out: Path) -> str:
         return "every result written, the rename left"
     if not run.resumable:
         return "before the first epoch's state"
-    epoch = json.loads((run.partial / "log.jsonl").read_text().splitlines()[-1])["epoch"]
+    log = run.partial / "log.jsonl"
+    if not log.is_file():  # the resume state is saved first, the log right after it
+        return "after the first epoch's state, before its log"
+    epoch = json.loads(log.read_text().splitlines()[-1])["epoch"]
     return f"after epoch {epoch}'s state"
 
 
