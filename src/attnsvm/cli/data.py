@@ -9,7 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from attnsvm.errors import InvalidRequest
 from attnsvm.rec.data import catalog, datasets
+from attnsvm.rec.data.tables import TableLayout, read_with_report
 
 app = typer.Typer(
     help="Interaction datasets: list the registry, download or prepare one into the cache "
@@ -55,11 +57,52 @@ def download(
     console.print(f"prepared {name} → {path}", highlight=False)
 
 
+COLUMNS = typer.Option(
+    None,
+    "--columns",
+    help="Your own table's columns: 'user=uid,item=sku,time=ts,rating=stars' "
+    "(header names, or 0-based indices for a file without a header); time and rating optional.",
+)
+FORMAT = typer.Option(
+    None, "--format", help="csv, tsv or parquet (default: from the file name; .gz is read too)."
+)
+SEPARATOR = typer.Option(
+    None, "--separator", help="One character, or 'tab' (default: ',' for csv, a tab for tsv)."
+)
+HEADER = typer.Option(
+    None,
+    "--header/--no-header",
+    help="Whether line 1 names the columns (default: yes when --columns names them).",
+)
+
+
+def _layout(
+    columns: str | None, format: str | None, separator: str | None, header: bool | None
+) -> TableLayout | None:
+    if columns is None:
+        if (format, separator, header) != (None, None, None):
+            raise InvalidRequest("--format, --separator and --header go with --columns")
+        return None
+    return TableLayout.parse(columns, format, separator, header)
+
+
 @app.command()
 def prepare(
-    name: str = typer.Argument(..., help="A registered dataset name (see `attnsvm data list`)."),
+    name: str | None = typer.Argument(
+        None, help="A registered dataset name (see `attnsvm data list`); or use --name."
+    ),
     source: Path = typer.Option(
-        ..., "--from", help="Local copy: the raw file, a folder holding it, or the official .zip."
+        ...,
+        "--from",
+        help="Local copy: the raw file, a folder holding it, or the official .zip; "
+        "with --columns, your own CSV/TSV/Parquet file.",
+    ),
+    columns: str | None = COLUMNS,
+    format: str | None = FORMAT,
+    separator: str | None = SEPARATOR,
+    header: bool | None = HEADER,
+    own_name: str | None = typer.Option(
+        None, "--name", help="The name your own table is stored under (with --columns)."
     ),
     cache_dir: Path | None = CACHE,
     verify: bool = typer.Option(
@@ -68,22 +111,67 @@ def prepare(
         "(--no-verify accepts another version of the file).",
     ),
 ) -> None:
-    """Prepare NAME from a local copy: verify, preprocess, store in the cache."""
-    path = datasets.prepare(name, source, cache_dir, verify=verify)
+    """Prepare NAME from a local copy (verify, preprocess, store in the cache), or your own
+    table: --from FILE --columns user=...,item=... --name NAME."""
+    layout = _layout(columns, format, separator, header)
+    if layout is None:
+        if name is None or own_name is not None:
+            raise InvalidRequest(
+                "give a registered dataset NAME, or your own file with --columns and --name"
+            )
+        path = datasets.prepare(name, source, cache_dir, verify=verify)
+    else:
+        if (name is None) == (own_name is None):
+            raise InvalidRequest("name your own table once: --name NAME")
+        name = own_name or name
+        path = datasets.prepare_table(name, source, layout, cache_dir)
+        _print_report(datasets.read_report(name, cache_dir))
     console.print(f"prepared {name} → {path}", highlight=False)
+
+
+def _print_report(report: dict | None) -> None:
+    """What was read from the user's own table, and what was dropped and why."""
+    if report is None:
+        return
+    mapping = ", ".join(f"{role}={column}" for role, column in report["columns"].items())
+    how = [report["format"]] + (["gzip"] if report.get("compressed") else [])
+    if "separator" in report:
+        how += [f"separator {report['separator']!r}", "header" if report["header"] else "no header"]
+    dropped = ", ".join(f"{count:,} {why}" for why, count in report["dropped"].items())
+    console.print(
+        f"read {report['rows']:,} rows ({', '.join(how)}; {mapping}); kept {report['kept']:,}; "
+        f"dropped {dropped or 'none'}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
 def stats(
     name_or_path: str = typer.Argument(
-        ..., help="A prepared dataset name, `synthetic`, or an interaction file (read as is)."
+        ...,
+        help="A prepared dataset name (yours or registered), `synthetic`, or an interaction "
+        "file (read as is, or as --columns says).",
     ),
+    columns: str | None = COLUMNS,
+    format: str | None = FORMAT,
+    separator: str | None = SEPARATOR,
+    header: bool | None = HEADER,
     cache_dir: Path | None = CACHE,
 ) -> None:
-    """Print the statistics table of a prepared dataset or of a file."""
-    data = datasets.load_dataset(name_or_path, cache_dir=cache_dir)
+    """Print the statistics table of a prepared dataset or of a file, and for your own table
+    what was read and what was dropped and why."""
+    layout = _layout(columns, format, separator, header)
+    if layout is not None:
+        data, report = read_with_report(name_or_path, layout)
+    else:
+        data = datasets.load_dataset(name_or_path, cache_dir=cache_dir)
+        report = (
+            None if Path(name_or_path).exists() else datasets.read_report(name_or_path, cache_dir)
+        )
     summary = data.stats(name_or_path)
     table = Table("statistic", "value", title=name_or_path)
     for label, value in summary.rows():
         table.add_row(label, value)
     console.print(table)
+    _print_report(report)

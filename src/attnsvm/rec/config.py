@@ -26,8 +26,9 @@ from typing import Any
 
 from attnsvm._atomic import write_text
 from attnsvm._files import read_text
-from attnsvm.errors import UnreadableFile, shown
+from attnsvm.errors import InvalidRequest, UnreadableFile, shown
 from attnsvm.rec.config_base import ConfigError, Range, coerce
+from attnsvm.rec.data.tables import TableLayout
 from attnsvm.rec.models import MODELS, LossConfig, resolve
 from attnsvm.rec.models.knn import build_baseline
 from attnsvm.rec.models.registry import lookup, names
@@ -62,6 +63,19 @@ class DataConfig:
     synthetic_prefix: str | None = None
     synthetic_items: int = 0
     synthetic_below: int = 0
+    # a table of the user's own (``dataset`` a path): its column mapping, "user=uid,item=sku,
+    # time=ts,rating=stars"; format csv/tsv/parquet (None: from the name), separator (None: the
+    # format's) and header (None: present when columns are named); rec/data/tables.py reads it
+    columns: str | None = None
+    format: str | None = None
+    separator: str | None = None
+    header: bool | None = None
+
+    def layout(self) -> TableLayout | None:
+        """How to read ``dataset`` as a table of the user's own; None: as its name implies."""
+        if self.columns is None:
+            return None
+        return TableLayout.parse(self.columns, self.format, self.separator, self.header)
 
 
 @dataclass(frozen=True)
@@ -233,6 +247,12 @@ def validate(config: RunConfig, source: str = "config") -> None:
         raise ConfigError(f"{source}: data.split must be one of {SPLITS}")
     if data.unseen_policy not in UNSEEN_POLICIES:
         raise ConfigError(f"{source}: data.unseen_policy must be one of {UNSEEN_POLICIES}")
+    if data.columns is None and (data.format, data.separator, data.header) != (None, None, None):
+        raise ConfigError(f"{source}: data.format, .separator and .header need data.columns")
+    try:
+        data.layout()
+    except InvalidRequest as error:
+        raise ConfigError(f"{source}: data.columns: {error}") from None
     if data.valid_fraction + data.test_fraction >= 1:
         raise ConfigError(f"{source}: data.valid_fraction + data.test_fraction must be < 1")
     if data.split == "temporal" and data.valid_fraction == 0:

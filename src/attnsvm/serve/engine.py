@@ -64,7 +64,7 @@ class Recommender:
     def __init__(self, run_dir: str | Path) -> None:
         self.run = load_run(run_dir)
         config = self.run.config
-        data = load_dataset(config.data.dataset, root=config.data.root)
+        data = load_dataset(config.data.dataset, root=config.data.root, layout=config.data.layout())
         self.histories = full_history_task(self.run, data)
         self.user_ids = data.user_ids
         self.user_row = {str(u): r for r, u in enumerate(data.user_ids.tolist())}

@@ -9,9 +9,10 @@ delimited files, splitting lines into fields, converting token columns to ids an
 
 from __future__ import annotations
 
+import csv
 import io
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,18 +110,23 @@ def fast_columns(data: bytes, sep: str, schema: dict, skip: int) -> list[np.ndar
 
 
 def split_lines(
-    text: str, path: str | Path, sep: str | None, width: int | None, skip: int = 0
+    text: str,
+    path: str | Path,
+    sep: str | None,
+    width: int | None,
+    skip: int = 0,
+    quoted: bool = False,
 ) -> tuple[list[list[str]], np.ndarray]:
     """Non-blank lines (after ``skip`` header lines) split on ``sep`` (None: any whitespace).
 
     Returns the field lists and each one's 1-based line number. With ``width`` every line must
-    have exactly that many fields.
+    have exactly that many fields. ``quoted`` (a one-character ``sep``): CSV quoting, so a
+    field in double quotes may hold the separator, a doubled quote or a line break.
     """
     rows, numbers = [], []
-    for index, line in enumerate(text.split("\n")[skip:], start=skip + 1):
-        if not line.strip():
+    for index, fields in _records(text, path, sep, skip, quoted):
+        if len(fields) <= 1 and not "".join(fields).strip():
             continue
-        fields = line.split(sep)
         if width is not None and len(fields) != width:
             shown = "whitespace" if sep is None else repr(sep)
             raise DataFormatError(
@@ -131,6 +137,25 @@ def split_lines(
     if not rows:
         raise DataFormatError(path, "has no data lines")
     return rows, np.asarray(numbers, dtype=np.int64)
+
+
+def _records(
+    text: str, path: str | Path, sep: str | None, skip: int, quoted: bool
+) -> Iterator[tuple[int, list[str]]]:
+    """Each record after the first ``skip`` lines with the 1-based line it starts on."""
+    if not quoted:
+        for index, line in enumerate(text.split("\n")[skip:], start=skip + 1):
+            yield index, line.split(sep)
+        return
+    reader = csv.reader(io.StringIO(text), delimiter=sep, strict=True)
+    start = 1
+    try:
+        for fields in reader:
+            if start > skip:
+                yield start, fields
+            start = reader.line_num + 1
+    except csv.Error as error:
+        raise DataFormatError(path, f"is not valid CSV here ({error})", reader.line_num) from None
 
 
 def transpose(rows: list[list[str]]) -> list[tuple[str, ...]]:

@@ -14,18 +14,23 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from attnsvm._atomic import atomic_path, write_json
 from attnsvm._files import open_regular, read_json
-from attnsvm.errors import UnreadableFile
+from attnsvm.errors import InvalidRequest, UnreadableFile, shown
 from attnsvm.rec.data import readers
 from attnsvm.rec.data.catalog import DATASETS, DatasetSpec, spec
 from attnsvm.rec.data.errors import ChecksumError, DataFormatError
 from attnsvm.rec.data.interactions import Interactions
 from attnsvm.rec.data.sources import RawFile, locate, locate_in_root
+from attnsvm.rec.data.tables import TableLayout, read_with_report
+
+# a name the user gives a table of their own: one folder of the cache, never a path
+_OWN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def resolve_cache_dir(override: str | Path | None = None) -> Path:
@@ -76,6 +81,44 @@ def prepare(
     table.save(target, meta)
     write_json(target.with_name("meta.json"), meta)
     return target
+
+
+def prepare_table(
+    name: str, source: str | Path, layout: TableLayout, cache_dir: str | Path | None = None
+) -> Path:
+    """Read the user's own table ``source`` as ``layout`` says and store it in the cache as
+    ``name``; meta.json keeps what was read and what was dropped (``attnsvm data stats``)."""
+    if name in DATASETS:
+        raise InvalidRequest(
+            f"{name!r} is a registered dataset: give your own table another --name"
+        )
+    if _OWN_NAME.fullmatch(name) is None:
+        raise InvalidRequest(
+            f"dataset name {shown(name)} must be letters, digits, '.', '_' or '-' "
+            "(it names a folder of the cache)"
+        )
+    table, report = read_with_report(source, layout)
+    target = prepared_path(name, cache_dir)
+    stats = table.stats(name)
+    meta = {
+        "dataset": name,
+        "file": str(Path(source).resolve()),
+        "read": report,
+        "users": stats.users,
+        "items": stats.items,
+        "interactions": stats.interactions,
+    }
+    target.parent.mkdir(parents=True, exist_ok=True)
+    table.save(target, meta)
+    write_json(target.with_name("meta.json"), meta)
+    return target
+
+
+def read_report(name: str, cache_dir: str | Path | None = None) -> dict | None:
+    """What was read for the prepared table ``name`` and what was dropped (None: a registered
+    dataset's standard preparation, or no such table)."""
+    report = _read_meta(prepared_path(name, cache_dir).with_name("meta.json")).get("read")
+    return report if isinstance(report, dict) else None
 
 
 def _expected_digest(checksum: str) -> tuple[str, str]:
@@ -200,16 +243,26 @@ def _read_meta(path: Path) -> dict:
 
 
 def load_dataset(
-    name_or_path: str | Path, *, root: str | Path | None = None, cache_dir: str | Path | None = None
+    name_or_path: str | Path,
+    *,
+    root: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    layout: TableLayout | None = None,
 ) -> Interactions:
-    """A registered dataset (standard preprocessing applied), ``synthetic``, or a file.
+    """A registered dataset (standard preprocessing applied), ``synthetic``, a table prepared
+    under a name of its own, or a file.
 
     With ``root`` the raw file is read from the dataset's folder under ``root`` (e.g.
     ``../shared/data/ml-1m``) or from ``root`` itself; without it, from the cache that
-    ``prepare``/``download`` filled. A path that is not a registered name is read with the
-    reader its name or first line implies, as is.
+    ``prepare``/``download``/``prepare_table`` filled. A file is read as ``layout`` says, or
+    without one with the reader its name or first line implies, as is.
     """
     name = str(name_or_path)
+    path = Path(name_or_path)
+    if layout is not None and not path.is_file():
+        raise DataFormatError(
+            name, "is not a file: a column mapping (data.columns) applies to a file only"
+        )
     if name in DATASETS:
         dataset = DATASETS[name]
         if dataset.generate is not None:
@@ -225,8 +278,15 @@ def load_dataset(
                 f"or `attnsvm data download {name}`",
             )
         return Interactions.load(cached)
-    path = Path(name_or_path)
+    if layout is not None:
+        return read_with_report(path, layout)[0]
     if not path.exists():
+        if _OWN_NAME.fullmatch(name) and prepared_path(name, cache_dir).exists():
+            return Interactions.load(prepared_path(name, cache_dir))
         known = ", ".join(DATASETS)
-        raise DataFormatError(path, f"is neither a file nor a registered dataset ({known})")
+        raise DataFormatError(
+            path,
+            f"is neither a file nor a registered dataset ({known}), nor a table prepared "
+            "with `attnsvm data prepare --from FILE --columns ... --name NAME`",
+        )
     return readers.read_auto(path)

@@ -15,7 +15,7 @@ Formats:
   ``read_recbole_inter``  RecBole atomic ``.inter``: tab-separated, typed header ``user_id:token``
   ``read_session_tsv``  session-rec TSV with header ``SessionId ItemId Time``
   ``read_session_lines``  one session per line, ``item1 item2 ...`` (SR-GNN derived text)
-  ``read_table``  any CSV/TSV/Parquet with a column mapping
+  ``read_table``  any CSV/TSV/Parquet with a column mapping (``tables``, re-exported here)
   ``read_auto``  picks one of the above from the file name and first line
 No reader unpickles anything. The shared parsing (decoding, splitting, typed columns with
 line-numbered errors) is ``_parse``'s; this module only knows the layouts.
@@ -23,7 +23,6 @@ line-numbered errors) is ``_parse``'s; this module only knows the layouts.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +31,6 @@ import polars as pl
 from attnsvm._atomic import write_text
 from attnsvm.errors import shown
 from attnsvm.rec.data._parse import (
-    MAX_ID_LENGTH,
     Origin,
     fast_columns,
     file_bytes,
@@ -46,6 +44,7 @@ from attnsvm.rec.data._parse import (
 )
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.interactions import Interactions
+from attnsvm.rec.data.tables import read_table as read_table  # the Python API's place
 
 # -- MovieLens ------------------------------------------------------------------------------
 
@@ -227,113 +226,6 @@ def read_recbole_inter(
     index = header_index(path, names, wanted)
     rows, numbers = split_lines(text, path, "\t", len(names), skip=1)
     return from_mapped(path, rows, numbers, index, numeric_ids=False)
-
-
-def read_table(
-    path: str | Path,
-    *,
-    user: str | int,
-    item: str | int,
-    timestamp: str | int | None = None,
-    rating: str | int | None = None,
-    sep: str | None = None,
-    header: bool = True,
-    data: bytes | None = None,
-) -> Interactions:
-    """Any CSV/TSV/Parquet: name (or, without a header, 0-based index) the columns to use.
-
-    ``sep`` defaults to ',' for ``.csv`` and a tab otherwise. Ids may be any tokens.
-    """
-    path_str = str(path)
-    wanted = {"user": user, "item": item, "timestamp": timestamp, "rating": rating}
-    if path_str.endswith(".parquet"):
-        return _read_parquet(path, wanted, data)
-    text = file_text(path, data)
-    sep = sep if sep is not None else ("," if path_str.endswith(".csv") else "\t")
-    if header:
-        names = [h.strip() for h in text.split("\n", 1)[0].split(sep)]
-        index = header_index(
-            path, names, {r: c for r, c in wanted.items() if c is None or isinstance(c, str)}
-        )
-        index |= {r: c for r, c in wanted.items() if isinstance(c, int)}
-        width = len(names)
-    else:
-        if not all(c is None or isinstance(c, int) for c in wanted.values()):
-            raise ValueError("without a header, columns are given by 0-based index")
-        index = {r: c for r, c in wanted.items() if c is not None}
-        width = None
-    rows, numbers = split_lines(text, path, sep, width, skip=1 if header else 0)
-    needed = max(index.values()) + 1
-    short = next((k for k, r in enumerate(rows) if len(r) < needed), None)
-    if short is not None:
-        raise DataFormatError(
-            path,
-            f"has {len(rows[short])} fields, column {needed - 1} is needed",
-            int(numbers[short]),
-        )
-    rows = [r[:needed] for r in rows] if width is None else rows
-    return from_mapped(path, rows, numbers, index, numeric_ids=False)
-
-
-def _read_parquet(path: str | Path, wanted: dict, data: bytes | None) -> Interactions:
-    data = file_bytes(path, data)  # a regular file only: polars would block on a named pipe
-    try:
-        frame = pl.read_parquet(io.BytesIO(data))
-    except Exception as error:  # polars raises several types; all mean "not a parquet file"
-        raise DataFormatError(
-            path, f"is not a readable Parquet file ({type(error).__name__})"
-        ) from None
-    columns = {}
-    for role, name in wanted.items():
-        if name is None:
-            continue
-        if isinstance(name, int) and not 0 <= name < len(frame.columns):
-            raise DataFormatError(path, f"has no column {name} (it has {len(frame.columns)})")
-        key = frame.columns[name] if isinstance(name, int) else name
-        if key not in frame.columns:
-            raise DataFormatError(
-                path, f"has no {role} column {key!r} (columns: {shown(', '.join(frame.columns))})"
-            )
-        series = frame.get_column(key)
-        if series.null_count():
-            row = int(series.is_null().arg_true()[0])
-            raise DataFormatError(path, f"{role} column {key!r} is null in row {row + 1}")
-        values = series.to_numpy()
-        if role == "timestamp" and values.dtype.kind == "M":  # a datetime column: Unix seconds
-            values = values.astype("datetime64[ns]").astype(np.int64) / 1e9
-        if values.dtype.kind == "f" and not np.isfinite(values).all():
-            # polars counts NaN as a value, not a null: a NaN time would sort anywhere
-            row = int(np.flatnonzero(~np.isfinite(values))[0])
-            raise DataFormatError(path, f"{role} column {key!r} is not finite in row {row + 1}")
-        if role in ("user", "item") and values.dtype.kind == "f":
-            fractional = (values != np.round(values)) | (np.abs(values) >= 2.0**63)
-            if fractional.any():
-                row = int(np.flatnonzero(fractional)[0])
-                raise DataFormatError(path, f"{role} id in row {row + 1} is not a 64-bit integer")
-            values = values.astype(np.int64)
-        if role in ("user", "item") and series.dtype == pl.String:
-            # text ids are stored at the width of the longest: one huge id makes them all huge
-            too_long = series.str.len_chars() > MAX_ID_LENGTH
-            if too_long.any():
-                row = int(too_long.arg_true()[0])
-                raise DataFormatError(
-                    path, f"{role} id in row {row + 1} is over {MAX_ID_LENGTH:,} characters"
-                )
-        if role in ("user", "item") and values.dtype.kind not in "iuUSO":
-            raise DataFormatError(path, f"{role} column {key!r} holds {values.dtype} values")
-        columns[role] = values
-    for role in ("timestamp", "rating"):
-        if role in columns:
-            if columns[role].dtype.kind not in "iuf":
-                raise DataFormatError(path, f"{role} column is not numeric")
-            columns[role] = columns[role].astype(np.float64)
-    return Interactions.from_columns(
-        columns["user"],
-        columns["item"],
-        columns.get("timestamp"),
-        columns.get("rating"),
-        source=str(path),
-    )
 
 
 # -- format detection -----------------------------------------------------------------------

@@ -26,7 +26,7 @@ def target_ratings(data: DataConfig, task: EvalTask, stage: str) -> np.ndarray:
         raise ConfigError(f"rated targets need the leave-one-out split, not {data.split!r}")
     if stage not in STAGES:
         raise ConfigError(f"stage must be one of {tuple(STAGES)}, got {stage!r}")
-    interactions = load_dataset(data.dataset, root=data.root)
+    interactions = load_dataset(data.dataset, root=data.root, layout=data.layout())
     if interactions.rating is None:
         raise ConfigError(
             f"dataset {data.dataset!r} has no ratings: rated targets need them (use ml-100k "

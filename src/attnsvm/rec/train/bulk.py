@@ -122,7 +122,9 @@ def _task(run_dir: str | Path, histories: str) -> tuple[LoadedRun, EvalTask, np.
         from attnsvm.rec.data.datasets import load_dataset
 
         run = load_run(run_dir)
-        data = load_dataset(run.config.data.dataset, root=run.config.data.root)
+        data = load_dataset(
+            run.config.data.dataset, root=run.config.data.root, layout=run.config.data.layout()
+        )
         return run, full_history_task(run, data), data.user_ids
     opened = open_run(run_dir, histories)
     task = opened.task

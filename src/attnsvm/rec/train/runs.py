@@ -182,7 +182,9 @@ def user_history(run: LoadedRun, user: object) -> UserHistory:
     """The user's whole history in the run's data (train, validation and test items)."""
     from attnsvm.rec.data.datasets import load_dataset
 
-    data = load_dataset(run.config.data.dataset, root=run.config.data.root)
+    data = load_dataset(
+        run.config.data.dataset, root=run.config.data.root, layout=run.config.data.layout()
+    )
     rows = {str(u): r for r, u in enumerate(data.user_ids.tolist())}
     if str(user) not in rows:
         raise InvalidRequest(f"unknown user id {cut(str(user))} (not in {run.config.data.dataset})")

@@ -35,7 +35,7 @@ def load_split(data: DataConfig) -> Split:
     """``data.dataset`` split as ``data.split`` says."""
     from attnsvm.rec.data.datasets import load_dataset
 
-    interactions = load_dataset(data.dataset, root=data.root)
+    interactions = load_dataset(data.dataset, root=data.root, layout=data.layout())
     if data.split == "temporal":
         test_cut = 1.0 - data.test_fraction
         return temporal_split(
