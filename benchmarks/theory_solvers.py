@@ -1,33 +1,56 @@
-"""Att-SVM solvers: ours against the official approach (base.py ``W_svm_solver``).
+"""Att-SVM solvers: ours against the official approach and against tight cvxpy + Clarabel.
 
-The official approach builds one cvxpy constraint per pair (i, t) and calls cvxpy's default
-solver (cvxpy 1.9.3: CLARABEL for the Frobenius SOCP, SCS for the nuclear-norm SDP). Instances
-follow the local_converge generator: unit-norm Gaussian tokens, unit queries, a unit ``v``,
-random signs ``Y`` and ``alpha = opt``. Every timing is the median of ``--repeats`` runs; a
-run of the official approach that exceeds ``--cap`` seconds is killed and reported as "> cap".
+Ours: ``solve_frobenius`` (Wolfe's min-norm point with bulk corral updates, exact KKT polish) and
+``solve_nuclear`` (dedicated interior point on a working set), one BLAS thread (the theory lab's
+policy, ``attnsvm.theory._threads``). Official: base.py's ``W_svm_solver``
+(``solve_official_style``: one cvxpy constraint per pair, cvxpy 1.9.3's default solver, CLARABEL
+for the Frobenius SOCP and SCS for the nuclear SDP). Clarabel: cvxpy + Clarabel at tight
+tolerances (``CLARABEL_ACCURATE``, 1e-11 gaps) on the Frobenius QP as written
+(``solve_frobenius_cvxpy``) and on the nuclear SDP in the same bases as ours (at d = 64 the
+unreduced size, 2d). Each official and Clarabel run is a fresh process, killed past ``--cap``
+seconds or ``--memory`` GiB and then reported as "> cap" / "> mem".
 
-    .venv/bin/python benchmarks/theory_solvers.py [--repeats 3] [--cap 200]
+Instances follow the local_converge generator (unit-norm Gaussian tokens, unit queries, unit v,
+random signs, alpha = opt; numpy RNG, seed 0). Per size, the systems run interleaved (ours,
+Clarabel, official, then again) ``--repeats`` times; a system over its cap is not run again.
+Times are medians; every run records the load average before and after it, and a row whose run
+saw more runnable work than cores is marked loaded (theory_conditions.py). KKT is the largest
+of our residuals (primal, dual, complementarity, stationarity, gap).
+
+    .venv/bin/python benchmarks/theory_solvers.py [--repeats 3] [--cap 300] [--memory 8]
+        [--max-n 1000] [--only 300,50,64] [--json results.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
+import resource
 import statistics
+import time
+import warnings
 
 import numpy as np
 
+import theory_conditions as conditions
+from attnsvm.theory import _nuclear
 from attnsvm.theory._compat import solve_official_style
-from attnsvm.theory.svm import solve_frobenius, solve_nuclear
+from attnsvm.theory.svm import (
+    _selection_kernel,
+    solve_frobenius,
+    solve_frobenius_cvxpy,
+    solve_nuclear,
+)
 
-# (n, T, d, run the official approach, run our nuclear solver)
+# (n, T, d, solve the nuclear norm here)
 SIZES = [
-    (6, 8, 10, True, True),
-    (20, 16, 16, True, True),
-    (50, 32, 32, True, True),
-    (100, 50, 64, True, True),
-    (300, 50, 64, False, False),
-    (1000, 50, 64, False, False),
+    (6, 8, 10, True),
+    (20, 16, 16, True),
+    (50, 32, 32, True),
+    (100, 50, 64, True),
+    (300, 50, 64, True),
+    (1000, 50, 64, False),
 ]
 
 
@@ -45,120 +68,178 @@ def instance(n: int, T: int, d: int, seed: int = 0):
     return X, Z, alpha
 
 
-def _child(queue, fro: bool, size) -> None:
-    result = solve_official_style(*instance(*size), fro=fro)
-    queue.put((result.seconds, result.W, result.objective))
+def _clarabel_nuclear(X, Z, alpha):
+    """Tight Clarabel on the nuclear SDP in the row/column-space bases: ``(seconds, W)``."""
+    kernel = _selection_kernel(X, Z, alpha)
+    U = _nuclear.orthonormal_basis(kernel.delta)
+    V = _nuclear.orthonormal_basis(Z)
+    start = time.perf_counter()
+    B, _, _ = _nuclear._cvxpy(kernel.delta @ U, kernel.query @ V, "CLARABEL")
+    return time.perf_counter() - start, U @ B @ V.T
 
 
-def official(size, fro: bool, cap: float):
-    """One official-style solve in a fresh process: ``(seconds, W, objective)`` or None.
+def _child(queue, kind: str, size, memory_gib: float) -> None:
+    limit = int(memory_gib * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    X, Z, alpha = instance(*size)
+    warnings.simplefilter("ignore")  # Clarabel's "almost solved"; the accuracy is reported
+    try:
+        if kind == "clarabel-nuc":
+            seconds, W = _clarabel_nuclear(X, Z, alpha)
+        else:
+            solve = {
+                "official-fro": lambda: solve_official_style(X, Z, alpha, fro=True),
+                "official-nuc": lambda: solve_official_style(X, Z, alpha, fro=False),
+                "clarabel-fro": lambda: solve_frobenius_cvxpy(X, Z, alpha),
+            }[kind]
+            result = solve()
+            seconds, W = result.seconds, result.W
+    except MemoryError:
+        queue.put("memory")
+        return
+    queue.put((seconds, W))
+
+
+def isolated(kind: str, size, cap: float, memory_gib: float):
+    """One official or Clarabel run in a fresh process: ``(seconds, W)``, "cap" or "memory".
 
     "spawn", not "fork": a fork after Clarabel has started its threads can deadlock."""
     context = mp.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=_child, args=(queue, fro, size))
+    process = context.Process(target=_child, args=(queue, kind, size, memory_gib))
     process.start()
     try:
         return queue.get(timeout=cap)
-    except Exception:  # queue.Empty: over the cap
-        return None
+    except Exception:  # queue.Empty: over the cap (or the child died)
+        return "cap" if process.is_alive() else "memory"
     finally:
         process.kill()
         process.join()
 
 
-def median_time(solve, repeats: int):
-    runs = [solve() for _ in range(repeats)]
-    return statistics.median(r.seconds for r in runs), runs[0]
+def timed(run, threads: int, loads: list) -> object:
+    before = conditions.load()
+    result = run()
+    after = conditions.load()
+    loads.append((before, after, conditions.loaded(before, after, threads)))
+    return result
 
 
-def fmt(seconds: float | None, cap: float, runs=()) -> str:
-    """The median, or "> cap" with the runs that did finish before one went over the cap."""
-    if seconds is not None:
-        return f"{seconds:.3g}"
-    finished = [f"{r:.3g}" for r in runs if r != "over cap"]
-    return f"> {cap:.0f}" + (
-        f" ({', '.join(finished)} s, then one > {cap:.0f})" if finished else ""
-    )
+def measure(size, run_nuclear: bool, repeats: int, cap: float, memory: float) -> dict:
+    """Every system on one size, interleaved, ``repeats`` times."""
+    X, Z, alpha = instance(*size)
+    ours = {"fro": [], "nuc": []}
+    isolated_runs = {kind: [] for kind in ("clarabel-fro", "official-fro")}
+    if run_nuclear:
+        isolated_runs.update({"clarabel-nuc": [], "official-nuc": []})
+    loads: list = []
+    for _ in range(repeats):
+        ours["fro"].append(timed(lambda: solve_frobenius(X, Z, alpha), 1, loads))
+        if run_nuclear and ours["fro"][0].feasible:
+            ours["nuc"].append(timed(lambda: solve_nuclear(X, Z, alpha), 1, loads))
+        for kind, runs in isolated_runs.items():
+            if runs and not isinstance(runs[-1], tuple):
+                continue  # over its cap or memory once: enough to say so
+            runs.append(timed(lambda kind=kind: isolated(kind, size, cap, memory), 1, loads))
+    fro = ours["fro"][0]
+    row = {
+        "size": size,
+        "N": size[0] * (size[1] - 1),
+        "status": fro.status,
+        "support": int(fro.support.sum()) if fro.feasible else 0,
+        "fro": statistics.median(r.seconds for r in ours["fro"]),
+        "fro_runs": [round(r.seconds, 3) for r in ours["fro"]],
+        "fro_kkt": max(fro.kkt.values()) if fro.feasible else None,
+        "loads": [[round(b, 2), round(a, 2), flag] for b, a, flag in loads],
+    }
+    if ours["nuc"]:
+        nuc = ours["nuc"][0]
+        row.update(
+            nuc=statistics.median(r.seconds for r in ours["nuc"]),
+            nuc_runs=[round(r.seconds, 3) for r in ours["nuc"]],
+            nuc_kkt=max(nuc.kkt.values()),
+            nuc_rounds=nuc.info.get("rounds"),
+        )
+    for kind, runs in isolated_runs.items():
+        done = [r for r in runs if isinstance(r, tuple)]
+        row[kind] = statistics.median(r[0] for r in done) if len(done) == len(runs) else None
+        row[kind + "_runs"] = [round(r[0], 2) if isinstance(r, tuple) else r for r in runs]
+        if done and kind.endswith("fro") and fro.feasible:
+            row[kind + "_W_diff"] = float(np.linalg.norm(fro.W - done[0][1]))
+            row[kind + "_W_diff"] /= float(np.linalg.norm(done[0][1]))
+        if done and kind.endswith("nuc") and ours["nuc"]:
+            theirs = float(np.linalg.svd(done[0][1], compute_uv=False).sum())
+            row[kind + "_obj_diff"] = abs(ours["nuc"][0].objective - theirs) / theirs
+    return row
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--cap", type=float, default=200.0, help="official-run timeout (s)")
-    parser.add_argument("--max-n", type=int, default=1000, help="skip sizes with larger n")
-    parser.add_argument("--only", default=None, help="one size, e.g. 50,32,32")
-    args = parser.parse_args()
-    rows = []
-    for n, T, d, run_official, run_nuclear in SIZES:
-        if n > args.max_n or (args.only and args.only != f"{n},{T},{d}"):
-            continue
-        X, Z, alpha = instance(n, T, d)
-        # sizes only we can do run once: a median of 3 would triple minutes of compute
-        repeats = args.repeats if run_official else 1
-        fro_s, fro = median_time(lambda X=X, Z=Z, a=alpha: solve_frobenius(X, Z, a), repeats)
-        row = {"size": (n, T, d), "N": n * (T - 1), "fro": fro_s, "status": fro.status}
-        row["support"] = int(fro.support.sum()) if fro.feasible else 0
-        if run_nuclear and fro.feasible:
-            row["nuc"], nuc = median_time(lambda X=X, Z=Z, a=alpha: solve_nuclear(X, Z, a), repeats)
-            row["nuc_obj"] = nuc.objective
-        for fro_mode, key in ((True, "off_fro"), (False, "off_nuc")):
-            if not run_official:
-                continue
-            runs = []
-            for _ in range(repeats):
-                runs.append(official((n, T, d), fro_mode, args.cap))
-                if runs[-1] is None:  # over the cap: one timed-out run is enough to say so
-                    break
-            done = [r for r in runs if r is not None]
-            row[key] = statistics.median(r[0] for r in done) if len(done) == len(runs) else None
-            row[key + "_runs"] = [round(r[0], 2) for r in done] + ["over cap"] * (
-                len(runs) - len(done)
-            )
-            if done and fro_mode and fro.feasible:
-                row["fro_err"] = np.linalg.norm(fro.W - done[0][1]) / np.linalg.norm(done[0][1])
-            if done and not fro_mode and "nuc_obj" in row:
-                row["nuc_err"] = abs(row["nuc_obj"] - done[0][2]) / done[0][2]
-        rows.append(row)
-        print(row, flush=True)
-    print()
-    print(table(rows, args.cap))
+def table(rows, cap: float, memory: float) -> str:
+    """The markdown table: medians, our KKT, and each peer's time and distance to ours."""
 
-
-def table(rows, cap: float) -> str:
-    """The markdown table of RESULTS.md."""
-
-    def ratio(ours, off) -> str:
-        if ours is None:
+    def peer(row, kind) -> str:
+        value = row.get(kind)
+        if value is not None:
+            return f"{value:.3g}"
+        if kind not in row:
             return "-"
-        return f"> {cap / ours:.0f}x" if off is None else f"{off / ours:.0f}x"
+        last = row[kind + "_runs"][-1]
+        return f"> {cap:.0f}" if last == "cap" else f"> {memory:g} GiB"
 
-    def err(value) -> str:
-        return "-" if value is None else f"{value:.1e}"
+    def num(value, fmt=".1e") -> str:
+        return "-" if value is None else format(value, fmt)
 
     lines = [
-        "| (n,T,d) | N | active | Fro ours (s) | Fro official (s) | speed-up | rel. W diff "
-        "| nuc ours (s) | nuc official SCS (s) | speed-up | rel. objective diff |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| (n,T,d) | N | support | Fro ours (s) | KKT | Fro Clarabel (s) | W diff "
+        "| Fro official (s) | nuc ours (s) | KKT | nuc Clarabel (s) | obj diff "
+        "| nuc official SCS (s) | load | loaded |",
+        "|" + "---|" * 15,
     ]
     for r in rows:
-        ran = "off_fro" in r
-        nuc = r.get("nuc")
+        load_values = [v for b, a, _ in r["loads"] for v in (b, a)]
         cells = [
             str(r["size"]).replace(" ", ""),
             str(r["N"]),
             str(r["support"]) if r["status"] == "optimal" else r["status"],
             f"{r['fro']:.3g}",
-            fmt(r["off_fro"], cap, r["off_fro_runs"]) if ran else "not run",
-            ratio(r["fro"], r["off_fro"]) if ran else "-",
-            err(r.get("fro_err")),
-            "skipped" if nuc is None else f"{nuc:.3g}",
-            fmt(r["off_nuc"], cap, r["off_nuc_runs"]) if ran else "not run",
-            ratio(nuc, r["off_nuc"]) if ran else "-",
-            err(r.get("nuc_err")),
+            num(r["fro_kkt"]),
+            peer(r, "clarabel-fro"),
+            num(r.get("clarabel-fro_W_diff")),
+            peer(r, "official-fro"),
+            num(r.get("nuc"), ".3g"),
+            num(r.get("nuc_kkt")),
+            peer(r, "clarabel-nuc"),
+            num(r.get("clarabel-nuc_obj_diff")),
+            peer(r, "official-nuc"),
+            f"{min(load_values):.2f}-{max(load_values):.2f}",
+            "yes" if any(flag for *_, flag in r["loads"]) else "no",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cap", type=float, default=300.0, help="per official/Clarabel run (s)")
+    parser.add_argument("--memory", type=float, default=8.0, help="per official/Clarabel run (GiB)")
+    parser.add_argument("--max-n", type=int, default=1000, help="skip sizes with larger n")
+    parser.add_argument("--only", default=None, help="one size, e.g. 300,50,64")
+    parser.add_argument("--json", default=None, help="also write the rows and conditions here")
+    args = parser.parse_args()
+    info = conditions.machine()
+    print(conditions.describe(info), flush=True)
+    rows = []
+    for n, T, d, run_nuclear in SIZES:
+        if n > args.max_n or (args.only and args.only != f"{n},{T},{d}"):
+            continue
+        row = measure((n, T, d), run_nuclear, args.repeats, args.cap, args.memory)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print()
+    print(table(rows, args.cap, args.memory))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"conditions": info, "rows": rows}, out, indent=1)
 
 
 if __name__ == "__main__":

@@ -10,22 +10,27 @@ move the points about to leave to the end first.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from scipy.linalg import LinAlgError, cholesky
 from scipy.linalg.blas import dtrsm, dtrsv
-from scipy.linalg.lapack import dtpqrt
+from scipy.linalg.lapack import dpotrf, dtpqrt
 
 #: A new point whose Cholesky pivot is below this (relative) is affinely dependent on the corral.
 PIVOT_TOL = 1e-14
 #: Spare rows and columns of the buffer, so that appends seldom reallocate it.
-SLACK = 256
+SLACK = 128
 #: Panel height of LAPACK's triangular-pentagonal QR in deletions: panels of rows keep its
 #: accesses to the column-major factor contiguous (a height of 1 is 2-8x slower, measured).
 DELETE_PANEL = 16
 
 
 class CorralFactor:
-    """Upper-triangular ``R`` with ``R^T R = M`` (a corral's shifted Gram matrix).
+    """Upper-triangular ``R`` with ``R^T R = M`` (a corral's shifted Gram matrix), and
+    ``R^-T 1``: Wolfe's method only ever solves ``M x = 1``, so each update extends or repairs
+    the forward half of that solve where it changed, and :meth:`inverse_ones` is one
+    back-substitution.
 
     ``R`` lives in the top-left corner of a Fortran-ordered buffer padded with the identity, so
     BLAS solves the whole buffer in place: with zero-padded right-hand sides the padding leaves
@@ -37,6 +42,7 @@ class CorralFactor:
     def __init__(self, capacity: int = SLACK):
         self.buffer = np.eye(capacity, order="F")
         self.size = 0
+        self.forward = np.zeros(0)  # R^-T 1
 
     def _reallocate(self, capacity: int) -> None:
         size = self.size
@@ -45,12 +51,11 @@ class CorralFactor:
         buffer[:size, :size] = self.buffer[:size, :size]
         self.buffer = buffer
 
-    def solve(self, b: np.ndarray) -> np.ndarray:
-        """``M^-1 b`` for ``b`` of length ``size``."""
+    def inverse_ones(self) -> np.ndarray:
+        """``M^-1 1``: the affine weights of the corral's minimum-norm point, up to scale."""
         padded = np.zeros(len(self.buffer))
-        padded[: self.size] = b
-        forward = dtrsv(self.buffer, padded, lower=0, trans=1)
-        return dtrsv(self.buffer, forward, lower=0, trans=0, overwrite_x=1)[: self.size]
+        padded[: self.size] = self.forward
+        return dtrsv(self.buffer, padded, lower=0, trans=0, overwrite_x=1)[: self.size]
 
     def append_block(self, cols: np.ndarray, block: np.ndarray) -> bool:
         """Append k points at once (``cols``: their ``size x k`` cross terms, ``block``: their
@@ -70,6 +75,8 @@ class CorralFactor:
             return False
         self.buffer[:size, size : size + k] = cross
         self.buffer[size : size + k, size : size + k] = corner
+        extension = 1.0 - cross.T @ self.forward
+        self.forward = np.concatenate([self.forward, dtrsv(corner, extension, lower=0, trans=1)])
         self.size = size + k
         return True
 
@@ -85,7 +92,7 @@ class CorralFactor:
         R, size = self.buffer, self.size
         first = int(positions[0])
         ends = np.append(positions, size)
-        segments = [(int(a) + 1, int(b)) for a, b in zip(ends[:-1], ends[1:]) if b > a + 1]
+        segments = [(int(a) + 1, int(b)) for a, b in itertools.pairwise(ends) if b > a + 1]
         kept = sum(b - a for a, b in segments)
         if kept:
             tail = np.concatenate([np.arange(a, b) for a, b in segments])
@@ -105,22 +112,36 @@ class CorralFactor:
             panel = min(DELETE_PANEL, kept)
             triangle = dtpqrt(0, panel, triangle, rows, overwrite_a=1, overwrite_b=1)[0]
             R[first : first + kept, first : first + kept] = triangle
+            repaired = 1.0 - R[:first, first : first + kept].T @ self.forward[:first]
+            self.forward = np.concatenate(
+                [self.forward[:first], dtrsv(triangle, repaired, lower=0, trans=1)]
+            )
+        else:
+            self.forward = self.forward[:first]
         end = first + kept
         R[:size, end:size] = 0.0
         R[end:size, :end] = 0.0
         R[np.arange(end, size), np.arange(end, size)] = 1.0
         self.size = end
-        if len(R) > end + 4 * SLACK:
+        if len(R) > end + 2 * SLACK:
             self._reallocate(end + SLACK)
 
     def refactor(self, M: np.ndarray) -> None:
-        """Replace the factor by the Cholesky factor of ``M`` (the corral in a new order)."""
+        """Replace the factor by the Cholesky factor of ``M`` (the corral in a new order; only
+        its upper triangle is read, and overwritten); a LinAlgError, with the factor unchanged,
+        if ``M`` is not numerically positive definite."""
         size = len(M)
+        triangle, info = dpotrf(M, lower=0, clean=1, overwrite_a=1)
+        if info:
+            raise LinAlgError(f"the corral's Gram matrix is not positive definite (pivot {info})")
         if not size <= len(self.buffer) <= size + 2 * SLACK:
             self.buffer = np.zeros((size + SLACK, size + SLACK), order="F")
         R = self.buffer
-        R[:size, :size] = cholesky(M)
+        R[:size, :size] = triangle
         R[:size, size:] = 0.0
         R[size:, :] = 0.0
         R[np.arange(size, len(R)), np.arange(size, len(R))] = 1.0
         self.size = size
+        padded = np.ones(len(R))
+        padded[size:] = 0.0
+        self.forward = dtrsv(R, padded, lower=0, trans=1)[:size]

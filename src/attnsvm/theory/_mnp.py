@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import LinAlgError
+from scipy.linalg.blas import dsyrk
 
 from attnsvm.theory._cholesky import PIVOT_TOL, CorralFactor
 
@@ -41,8 +43,9 @@ WEAK_FRACTION = 0.05
 #: Time of a deletion's QR update of an m-point tail, in Cholesky flops per m^2 (memory-bound
 #: row panels against a refactorisation's BLAS-3; tuned on the (1000, 50, 64) instance).
 DELETION_FLOPS_PER_TAIL_ENTRY = 80.0
-#: Corrals up to this size never refactorise: their deletions cost less than the bookkeeping.
-REFACTOR_MIN_SIZE = 256
+#: Corrals up to this size take Wolfe's exact minor cycle and are never reordered: their
+#: deletions cost less than the bookkeeping of the bulk ones.
+LARGE_CORRAL = 256
 
 
 class ProductKernel:
@@ -84,6 +87,17 @@ class ProductKernel:
         rows = slice(None) if rows is None else rows
         delta, query = self.delta[rows], self.query[rows]
         return (delta @ delta.T) * (query @ query.T)
+
+    def gram_upper(self, rows: np.ndarray, shift: float) -> np.ndarray:
+        """The upper triangle, in Fortran order, of ``block(rows, rows) + shift``: products of
+        symmetric rank-d updates (half the flops of :meth:`block`), all that a Cholesky
+        factorisation reads; the lower triangle holds garbage."""
+        gram = dsyrk(1.0, self.delta[rows])
+        gram *= dsyrk(1.0, self.query[rows])
+        if self.equalities is not None:
+            gram = dsyrk(-1.0, self._h[rows], beta=1.0, c=gram, overwrite_c=1)
+        gram += shift
+        return gram
 
     def cross_gram(self, other: ProductKernel) -> np.ndarray:
         """``<f_k, g_l>`` for the features of ``self`` (rows) and ``other`` (columns)."""
@@ -201,7 +215,7 @@ def _weakest_last(kernel: ProductKernel, factor: CorralFactor, corral, mu, shift
     ``WEAK_FRACTION`` smallest weights where they sit would cost more than refactorising: the
     points about to leave then sit at the end, where deletions are cheap."""
     size = len(corral)
-    if size <= REFACTOR_MIN_SIZE:
+    if size <= LARGE_CORRAL:
         return corral, mu
     count = max(1, int(WEAK_FRACTION * size))
     weakest = np.argpartition(mu, count - 1)[:count]
@@ -209,9 +223,11 @@ def _weakest_last(kernel: ProductKernel, factor: CorralFactor, corral, mu, shift
     if DELETION_FLOPS_PER_TAIL_ENTRY * float(tails @ tails) <= size**3 / 3:
         return corral, mu
     order = np.argsort(-mu, kind="stable")
-    corral, mu = corral[order], mu[order]
-    factor.refactor(kernel.block(corral, corral) + shift)
-    return corral, mu
+    try:
+        factor.refactor(kernel.gram_upper(corral[order], shift))
+    except LinAlgError:  # nearly dependent: keep the incrementally built factor and its order
+        return corral, mu
+    return corral[order], mu[order]
 
 
 def _minor_cycle(kernel: ProductKernel, factor: CorralFactor, corral, mu, shift: float, bound):
@@ -222,11 +238,14 @@ def _minor_cycle(kernel: ProductKernel, factor: CorralFactor, corral, mu, shift:
     nearly always those of negative weight at its start (648 of 667 on a (500, 50, 64)
     instance). The result is a corral; if its norm is not below the last one, Wolfe's exact
     cycle runs instead, from the start of this one, so every major cycle still strictly
-    decreases ``||u||`` and the method stays finite.
+    decreases ``||u||`` and the method stays finite. (Where the corral is too nearly dependent
+    to refactorise for that, the result stands, and the caller's progress check decides.)
     """
+    if len(corral) <= LARGE_CORRAL:
+        return _wolfe_minor_cycle(factor, corral, mu)
     start_corral, start_mu = corral, mu
     while True:
-        affine = factor.solve(np.ones(len(corral)))
+        affine = factor.inverse_ones()
         affine /= affine.sum()
         if affine.min() > WEIGHT_TOL:
             break
@@ -238,7 +257,10 @@ def _minor_cycle(kernel: ProductKernel, factor: CorralFactor, corral, mu, shift:
     point = kernel.combine(corral, affine)
     if float(np.sum(point * point)) < bound:
         return corral, affine
-    factor.refactor(kernel.block(start_corral, start_corral) + shift)
+    try:
+        factor.refactor(kernel.gram_upper(start_corral, shift))
+    except LinAlgError:
+        return corral, affine
     return _wolfe_minor_cycle(factor, start_corral, start_mu)
 
 
@@ -246,7 +268,7 @@ def _wolfe_minor_cycle(factor: CorralFactor, corral, mu):
     """Wolfe's exact minor cycle: move to the affine minimum, dropping the points that leave the
     hull on the way, one step at a time."""
     while True:
-        affine = factor.solve(np.ones(len(corral)))
+        affine = factor.inverse_ones()
         affine /= affine.sum()
         if affine.min() > WEIGHT_TOL:
             return corral, affine

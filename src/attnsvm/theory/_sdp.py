@@ -18,22 +18,33 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, eigvalsh
+from scipy.linalg.blas import dsyrk
 
 #: Stop when the relative primal and dual infeasibilities and the relative gap are below this.
 TOL = 1e-10
 MAX_ITER = 100
 STEP_FRACTION = 0.98
+#: A constraint with slack ``x_k`` above ``INACTIVE_SLACK`` and multiplier below
+#: ``INACTIVE_RATIO x_k`` leaves the problem as inactive, and the Schur system of the remaining
+#: iterations shrinks to the others: at (150, 50, 64) the rule picked 912 of the 941 inactive
+#: constraints by the 16th of 24 iterations, and no active one (a looser 1e-3 / 1e-3 rule
+#: dropped an active one at (100, 50, 64), which cost the working set a round).
+INACTIVE_SLACK = 1e-2
+INACTIVE_RATIO = 1e-4
 
 
 @dataclass
 class SDPSolution:
-    """``B`` (p x q), the multipliers ``y`` (N,), the iterations and the final residuals."""
+    """``B`` (p x q), the multipliers ``y`` (N,), the iterations, the final residuals, and
+    ``kept``: the constraints still in the problem at the end (the others left it as inactive,
+    with multiplier 0; a caller checks their margins)."""
 
     B: np.ndarray
     y: np.ndarray
     iterations: int
     residuals: dict[str, float]
     converged: bool
+    kept: np.ndarray
 
 
 def _max_step(X: np.ndarray, dX: np.ndarray) -> float:
@@ -69,20 +80,34 @@ class _Operator:
         return block, -y
 
     def schur(self, Y: np.ndarray, Sinv: np.ndarray, x: np.ndarray, s: np.ndarray) -> np.ndarray:
-        """``M_kl = <F_k, Y F_l S^-1> + delta_kl x_k / s_k`` (HKM direction)."""
+        """``M_kl = <F_k, Y F_l S^-1> + delta_kl x_k / s_k`` (HKM direction), upper triangle.
+
+        ``M = 1/4 (yvv o tuu + yuu o tvv + C + C^T)`` with ``C = yuv o tuv^T`` and ``yuu``,
+        ``tuu``, ... the blocks of ``Y`` and ``S^-1`` seen through ``delta`` and ``zeta``. The
+        four symmetric ones are rank-p updates, half the flops of general products, and only the
+        upper triangle, all the Cholesky factorisation reads, is formed; products in place.
+        """
         p, D, E = self.p, self.delta, self.zeta
-
-        def blocks(A):
-            uu = D @ A[:p, :p] @ D.T
-            uv = D @ A[:p, p:] @ E.T
-            vv = E @ A[p:, p:] @ E.T
-            return uu, uv, vv
-
-        yuu, yuv, yvv = blocks(Y)
-        tuu, tuv, tvv = blocks(Sinv)
-        M = 0.25 * (yuv.T * tuv + yvv * tuu + yuu * tvv + yuv * tuv.T)
+        M = _congruence(E, Y[p:, p:])
+        M *= _congruence(D, Sinv[:p, :p])
+        cross = _congruence(D, Y[:p, :p])
+        cross *= _congruence(E, Sinv[p:, p:])
+        M += cross
+        cross = (D @ Y[:p, p:]) @ E.T
+        cross *= (E @ Sinv[p:, :p]) @ D.T
+        M += cross
+        M += cross.T
+        M *= 0.25
         M[np.diag_indices_from(M)] += x / s
         return M
+
+
+def _congruence(rows: np.ndarray, A: np.ndarray) -> np.ndarray:
+    """The upper triangle of ``rows A rows^T`` for symmetric positive semidefinite ``A``:
+    ``(rows L)(rows L)^T`` with ``L L^T = A`` from its eigendecomposition (``A`` may be
+    numerically singular: the iterates lose rank as they converge to a low-rank solution)."""
+    evals, evecs = np.linalg.eigh(A)
+    return dsyrk(1.0, rows @ (evecs * np.sqrt(np.maximum(evals, 0.0))))
 
 
 class _Newton:
@@ -132,10 +157,15 @@ def _iterate(op: _Operator, Y, x, y, S, s, rp, Rd, rd, mu):
     return 0.5 * (Y + Y.T), x, y, 0.5 * (S + S.T), s
 
 
-def solve(delta: np.ndarray, zeta: np.ndarray, *, tol: float = TOL) -> SDPSolution:
-    """The nuclear-norm SVM on the reduced data ``delta (N, p)``, ``zeta (N, q)``."""
+def solve(
+    delta: np.ndarray, zeta: np.ndarray, *, tol: float = TOL, protected: np.ndarray | None = None
+) -> SDPSolution:
+    """The nuclear-norm SVM on the reduced data ``delta (N, p)``, ``zeta (N, q)``; the
+    constraints of the ``protected`` mask never leave the problem as inactive."""
     op = _Operator(delta, zeta)
     N, m = len(delta), op.p + op.q
+    kept = np.arange(N)
+    protected = np.zeros(N, dtype=bool) if protected is None else protected
     C = 0.5 * np.eye(m)
     # start: Y a multiple of I, the dual strictly feasible at a small y (||M(y)||_op = 1/4)
     scale = np.linalg.norm(op.adjoint(np.ones(N))[0], 2) * 2.0
@@ -164,5 +194,21 @@ def solve(delta: np.ndarray, zeta: np.ndarray, *, tol: float = TOL) -> SDPSoluti
             # Y or S (or the Schur matrix) lost definiteness in floating point: the iterates
             # stalled at the precision limit; return them unconverged (callers fall back)
             break
+        inactive = (x > INACTIVE_SLACK) & (s < INACTIVE_RATIO * x) & ~protected
+        if inactive.any() and not inactive.all():
+            active = ~inactive
+            kept, x, y, s = kept[active], x[active], y[active], s[active]
+            protected = protected[active]
+            op = _Operator(op.delta[active], op.zeta[active])
+            N = len(kept)
     B = 0.5 * (Y[: op.p, op.p :] + Y[op.p :, : op.p].T)
-    return SDPSolution(B=B, y=y, iterations=iteration, residuals=residuals, converged=converged)
+    multipliers = np.zeros(len(delta))
+    multipliers[kept] = y
+    return SDPSolution(
+        B=B,
+        y=multipliers,
+        iterations=iteration,
+        residuals=residuals,
+        converged=converged,
+        kept=kept,
+    )

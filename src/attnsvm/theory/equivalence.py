@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnsvm.theory import _frobenius, _mnp
+from attnsvm.theory._threads import one_blas_thread
 from attnsvm.theory.svm import SVMResult, _infeasible
 from attnsvm.theory.tokens import check_matrix, check_tokens
 
@@ -48,6 +49,7 @@ def equivalence_pairs(O: np.ndarray):
     return (i, t, tau), (eq_i, eq_t, first[eq_i])
 
 
+@one_blas_thread
 def solve_svm_equivalence(X, Z, probs, W_gd, *, threshold: float = 1e-3) -> SVMEquivalence:
     """SVM-equivalence (theory.md §2.8, base_nonlinear.py semantics) for softmax ``probs``.
 

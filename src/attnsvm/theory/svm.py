@@ -26,12 +26,14 @@ import numpy as np
 
 from attnsvm.theory import _frobenius, _mnp, _nuclear
 from attnsvm.theory._nuclear import CLARABEL_ACCURATE
+from attnsvm.theory._threads import one_blas_thread
 from attnsvm.theory.tokens import NEIGHBOR_TOL, check_indices, check_tokens
 
 #: Relative rank tolerance: singular values above ``RANK_RTOL * sigma_1`` count (theory.md §3.5).
 RANK_RTOL = 1e-6
 
 
+@one_blas_thread
 def solve_frobenius_cvxpy(X, Z, alpha) -> SVMResult:
     """The Att-SVM as written: ``min ||W||_F s.t. (x_{i,alpha_i} - x_it)^T W z_i >= 1`` for all
     ``i`` and ``t != alpha_i``. The reference for :func:`solve_frobenius`: the primal QP
@@ -87,6 +89,7 @@ class SVMResult:
         return int(np.sum(sigma > rtol * sigma[0])) if sigma[0] > 0 else 0
 
 
+@one_blas_thread
 def solve_frobenius(X, Z, alpha, *, tol: float = 1e-10) -> SVMResult:
     """``W^mm_alpha = argmin ||W||_F`` s.t. the Att-SVM margins (theory.md §2.2), exactly.
 
@@ -108,6 +111,7 @@ def solve_frobenius(X, Z, alpha, *, tol: float = 1e-10) -> SVMResult:
     return _optimal(kernel, W, dual, margins, "fro", "wolfe-mnp", start, info)
 
 
+@one_blas_thread
 def solve_nuclear(X, Z, alpha, *, reduce: bool = True, solver: str = "ipm") -> SVMResult:
     """``W^mm_*,alpha = argmin ||W||_*`` s.t. the Att-SVM margins (theory.md §2.3).
 

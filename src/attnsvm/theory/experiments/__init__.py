@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from attnsvm.theory._threads import one_blas_thread
 from attnsvm.theory.experiments import (
     global_path,
     local_convergence,
@@ -127,6 +128,7 @@ EXPERIMENTS: dict[str, Experiment] = {
 }
 
 
+@one_blas_thread
 def run_experiment(
     name: str, seeds: int | None = None, *, quick: bool = False, progress: bool = False, **options
 ) -> ExperimentResult:

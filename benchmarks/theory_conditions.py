@@ -1,0 +1,77 @@
+"""What a theory-lab benchmark ran on: the CPU, its vector and matrix units, the BLAS threads,
+and the load average around each measured part (shared by theory_solvers.py and
+theory_contention.py).
+
+A row is "loaded" when the 1-minute load average, counting the measured run's own threads,
+exceeded the machine's cores by more than half a core: some runnable work then waited for a
+core, and the time is not a claim. Reproduce on an idle machine: no other jobs, `uptime` below
+~0.2 before starting, and the machine left alone for the run.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+from threadpoolctl import threadpool_info
+
+from attnsvm.theory._threads import BLAS_THREADS
+
+#: CPU flags worth reporting: they change the float kernels BLAS and torch pick.
+FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def machine() -> dict:
+    """CPU model and flags, cores, torch's CPU capability, the BLAS libraries and their threads."""
+    model, flags = platform.processor() or "unknown", set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    try:
+        import torch
+
+        capability = torch.backends.cpu.get_cpu_capability()
+    except ImportError:
+        capability = "no torch"
+    return {
+        "cpu": model,
+        "flags": [flag for flag in FLAGS if flag in flags],
+        "cores": len(os.sched_getaffinity(0)),
+        "torch_cpu_capability": capability,
+        "blas": [
+            f"{lib['internal_api']} {lib['version']} ({lib['num_threads']} threads)"
+            for lib in threadpool_info()
+            if lib["user_api"] == "blas"
+        ],
+        "theory_blas_threads": BLAS_THREADS,
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
+    }
+
+
+def load() -> float:
+    """The 1-minute load average."""
+    return os.getloadavg()[0]
+
+
+def loaded(before: float, after: float, threads: int) -> bool:
+    """Whether runnable work exceeded the cores around a run that used ``threads`` threads."""
+    return max(before + threads, after) > len(os.sched_getaffinity(0)) + 0.5
+
+
+def describe(info: dict) -> str:
+    """The conditions as markdown lines, for the head of a results section."""
+    return "\n".join(
+        [
+            f"- CPU: {info['cpu']}, {info['cores']} cores, flags {', '.join(info['flags'])}; "
+            f"torch CPU capability {info['torch_cpu_capability']}",
+            f"- BLAS: {'; '.join(info['blas'])}; theory lab policy: "
+            f"{info['theory_blas_threads']} BLAS thread; OPENBLAS_NUM_THREADS="
+            f"{info['OPENBLAS_NUM_THREADS']}",
+        ]
+    )
