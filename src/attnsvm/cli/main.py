@@ -3,65 +3,67 @@
 Every command runs inside one error boundary (``cli/boundary.py``, the root group's class): an
 expected failure is one line ``error: …`` and exit status 1, a bug keeps its traceback.
 
-Commands load on demand: ``COMMANDS`` names each command's module and its one-line help, so
-``attnsvm --help`` lists them without importing torch, cvxpy or polars (it answers in a fraction
-of a second), and a command's module is imported only when that command runs or shows its own
-help. ``tests/test_cli.py`` holds every line here to the command's own help.
+Commands load on demand: ``COMMANDS`` names each command's module, and ``attnsvm --help`` reads
+each one-line help from the module's source, so it lists them without importing torch, cvxpy or
+polars (it answers in a fraction of a second); a command's module is imported only when that
+command runs or shows its own help. ``tests/test_cli.py`` checks the lines against the commands.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+from pathlib import Path
 
 import click
 import typer
 
 from attnsvm.cli.boundary import ErrorBoundary
 
-#: command → (module in ``attnsvm.cli`` that defines it, its one-line help), in help order
-COMMANDS: dict[str, tuple[str, str]] = {
-    "train": (
-        "train",
-        "Train a model; the run directory holds config, best checkpoint, log and metrics.",
-    ),
-    "evaluate": (
-        "train",
-        "Full-ranking metrics of a run's best checkpoint (and sampled ones, only on request).",
-    ),
-    "recommend": (
-        "train",
-        "Top-k next items (external ids) for a user or a given history, or for every user.",
-    ),
-    "compare": (
-        "train",
-        "Paired t-test, Wilcoxon test and effect size between two runs' test metrics.",
-    ),
-    "models": ("train", "List the registered models and presets."),
-    "lens": ("lens", "Write lens.json, PNG plots and a self-contained report.html for a run."),
-    "demo": ("demo", "Theory lab (quick), a small SASRec on synthetic data, and its lens report."),
-    "tune": (
-        "tune",
-        "Search hyper-parameters; run it again on the same --out to continue the study.",
-    ),
-    "serve": (
-        "serve",
-        "Serve a run's recommendations as a JSON HTTP API, with the attention explorer at /.",
-    ),
-    "explore": ("serve", "Open the attention explorer of a run: attnsvm serve with its defaults."),
-    "export": ("serve", "Export the run's scoring path (item windows in, next-item scores out)."),
-    "theory": ("theory", "The theory lab: the paper's experiments."),
-    "data": (
-        "data",
-        "Interaction datasets: list the registry, download or prepare one into the cache "
-        "($ATTNSVM_DATA or ~/.cache/attnsvm), print statistics.",
-    ),
-    "rl": ("rl", "User simulator, cold-start episodes, RLT4Rec and CRR (offline RL)."),
+#: command → the module in ``attnsvm.cli`` that defines it, in help order
+COMMANDS: dict[str, str] = {
+    "train": "train",
+    "evaluate": "train",
+    "recommend": "train",
+    "compare": "train",
+    "models": "train",
+    "lens": "lens",
+    "demo": "demo",
+    "tune": "tune",
+    "serve": "serve",
+    "explore": "serve",
+    "export": "serve",
+    "theory": "theory",
+    "data": "data",
+    "rl": "rl",
 }
+
+
+@functools.cache
+def _source_tree(module: str) -> ast.Module:
+    return ast.parse(Path(__file__).with_name(f"{module}.py").read_text())
+
+
+def help_line(name: str) -> str:
+    """The first paragraph of command ``name``'s own help, read from its module's source without
+    importing it: the docstring of its function (``name`` or ``name_command``), or the ``help``
+    of a command group's ``typer.Typer(...)``."""
+    tree = _source_tree(COMMANDS[name])
+    text = ""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name in (name, f"{name}_command"):
+            text = ast.get_docstring(node) or ""
+            break
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "Typer":
+            helps = [k.value for k in node.keywords if k.arg == "help"]
+            text = ast.literal_eval(helps[0]) if helps else text
+    return " ".join(text.split("\n\n")[0].split())
 
 
 def load_command(name: str) -> click.Command:
     """The real click command ``name``, built from its module (imported now)."""
-    module = importlib.import_module(f"attnsvm.cli.{COMMANDS[name][0]}")
+    module = importlib.import_module(f"attnsvm.cli.{COMMANDS[name]}")
     holder = typer.Typer()
     holder.callback()(lambda: None)  # a group even when the module defines one command
     if hasattr(module, "register"):
@@ -81,7 +83,8 @@ class LazyCommands(ErrorBoundary):
         # the root help and completion ask every command for its line: answer from the table
         if name not in COMMANDS:
             return None
-        return click.Command(name, help=COMMANDS[name][1], short_help=COMMANDS[name][1])
+        line = help_line(name)
+        return click.Command(name, help=line, short_help=line)
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         if args and args[0] in COMMANDS:

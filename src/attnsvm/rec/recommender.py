@@ -25,7 +25,8 @@ import numpy as np
 from attnsvm.errors import InvalidRequest
 from attnsvm.rec.config import RunConfig, apply_overrides, validate
 from attnsvm.rec.data.sequences import EvalTask, Sequences
-from attnsvm.rec.train.bulk import full_history_task, ranked_batches
+from attnsvm.rec.eval.ranking import ranked_batches
+from attnsvm.rec.train.bulk import full_history_task
 from attnsvm.rec.train.runs import LoadedRun, load_run
 
 #: ``from_config`` keywords that are run-config keys, by section (any other goes to the model)

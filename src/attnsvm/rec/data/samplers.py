@@ -29,7 +29,25 @@ def _as_numpy(positives: np.ndarray | torch.Tensor) -> np.ndarray:
     return np.asarray(positives, dtype=np.int64)
 
 
-class UniformSampler:
+class _Sampler:
+    """The interface of every sampler: ``sample`` shapes the request, ``_sample`` draws."""
+
+    def sample(
+        self,
+        positives: np.ndarray | torch.Tensor,
+        num_negatives: int = 1,
+        exclude_positive: bool = True,
+    ) -> torch.Tensor:
+        """``positives.shape + (num_negatives,)`` negatives; padding positives exclude nothing."""
+        pos = _as_numpy(positives)[..., None]
+        shape = (*pos.shape[:-1], num_negatives)
+        return torch.from_numpy(self._sample(pos, shape, exclude_positive))
+
+    def _sample(self, pos: np.ndarray, shape: tuple[int, ...], exclude: bool) -> np.ndarray:
+        raise NotImplementedError
+
+
+class UniformSampler(_Sampler):
     def __init__(self, num_items: int, seed: int = 0) -> None:
         if num_items < 2:
             raise ValueError("uniform sampling needs at least 2 items")
@@ -42,23 +60,15 @@ class UniformSampler:
         """``count`` independent draws from the unconditioned distribution."""
         return self.rng.integers(1, self.num_items + 1, size=count)
 
-    def sample(
-        self,
-        positives: np.ndarray | torch.Tensor,
-        num_negatives: int = 1,
-        exclude_positive: bool = True,
-    ) -> torch.Tensor:
-        """``positives.shape + (num_negatives,)`` negatives; padding positives exclude nothing."""
-        pos = _as_numpy(positives)[..., None]
-        shape = (*pos.shape[:-1], num_negatives)
-        if not exclude_positive:
-            return torch.from_numpy(self.rng.integers(1, self.num_items + 1, size=shape))
+    def _sample(self, pos: np.ndarray, shape: tuple[int, ...], exclude: bool) -> np.ndarray:
+        if not exclude:
+            return self.rng.integers(1, self.num_items + 1, size=shape)
         real = pos > 0
         draw = self.rng.integers(1, np.where(real, self.num_items, self.num_items + 1), size=shape)
-        return torch.from_numpy(draw + (real & (draw >= pos)))
+        return draw + (real & (draw >= pos))
 
 
-class PopularitySampler:
+class PopularitySampler(_Sampler):
     def __init__(self, counts: np.ndarray, alpha: float = 1.0, seed: int = 0) -> None:
         """``counts[i]`` for item ids ``0..num_items`` (``counts[0]``, padding, is ignored)."""
         weights = np.asarray(counts, dtype=np.float64).copy() ** alpha
@@ -85,15 +95,9 @@ class PopularitySampler:
         u = self.rng.random(shape)
         return np.minimum(np.searchsorted(self.cdf, u, side="right"), self.cdf.size - 1)
 
-    def sample(
-        self,
-        positives: np.ndarray | torch.Tensor,
-        num_negatives: int = 1,
-        exclude_positive: bool = True,
-    ) -> torch.Tensor:
-        pos = _as_numpy(positives)[..., None]
-        draw = self._draw((*pos.shape[:-1], num_negatives))
-        if exclude_positive:
+    def _sample(self, pos: np.ndarray, shape: tuple[int, ...], exclude: bool) -> np.ndarray:
+        draw = self._draw(shape)
+        if exclude:
             certain = self.probability[np.clip(pos, 0, self.cdf.size - 1)] >= 1.0
             if np.any(certain & (pos > 0)):
                 raise ValueError("a positive holds all the probability; nothing else to draw")
@@ -101,7 +105,7 @@ class PopularitySampler:
             while clash.any():
                 draw[clash] = self._draw((int(clash.sum()),))
                 clash = draw == pos
-        return torch.from_numpy(draw)
+        return draw
 
 
 def in_batch_sampler(

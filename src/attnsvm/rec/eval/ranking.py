@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +130,26 @@ def rank_topk(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1")
     check_item_ids(task, num_items)
+    out = np.zeros((len(task), k), dtype=np.int64)
+    for rows, ids, _ in ranked_batches(
+        score_fn, task, num_items, k, batch_size=batch_size, exclude_seen=exclude_seen
+    ):
+        out[rows] = ids.cpu().numpy()
+    return out
+
+
+def ranked_batches(
+    score_fn: ScoreFn,
+    task: EvalTask,
+    num_items: int,
+    k: int,
+    *,
+    batch_size: int = 1024,
+    exclude_seen: bool = True,
+) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+    """``(rows, item ids (B, k), scores (B, k))`` per batch of task rows, longest histories
+    first (ids 0 where fewer than k items are rankable); the caller has checked ``k`` and
+    ``batch_size``. ``rank_topk`` keeps the ids; bulk recommendation keeps the scores too."""
     order = np.argsort(-task.history.lengths, kind="stable")
     ordered = EvalTask(
         task.users[order],
@@ -137,7 +157,6 @@ def rank_topk(
         task.targets.select(order),
         task.exclude.select(order),
     )
-    out = np.zeros((len(task), k), dtype=np.int64)
     with torch.inference_mode():
         for start in range(0, len(task), batch_size):
             stop = min(start + batch_size, len(task))
@@ -146,8 +165,7 @@ def rank_topk(
             mask_batch(scores, ordered, start, stop, exclude_seen)
             values, ids = topk_lower_id_first(scores, k)
             check_no_nan(values[:, 0], rows)
-            out[rows] = ids.cpu().numpy()
-    return out
+            yield rows, ids, values
 
 
 def trim_padding(windows: np.ndarray) -> np.ndarray:

@@ -142,8 +142,14 @@ class SequentialRecommender(nn.Module):
             table_dropout=config.item_dropout,
             **item_options,
         )
-        self.embed = SequenceEmbedding(
-            self.items,
+        self.embed = self.sequence_embedding(self.items, layer_norm=layer_norm)
+
+    def sequence_embedding(self, table: nn.Module, *, layer_norm: bool) -> SequenceEmbedding:
+        """The input embedding (items, positions, dropout) over ``table``: the item table, or a
+        tower that builds item vectors from their features (SRT)."""
+        config = self.config
+        return SequenceEmbedding(
+            table,
             config.max_len,
             config.position,
             scale=config.scale_embeddings,
@@ -309,3 +315,16 @@ class SequentialRecommender(nn.Module):
 
     def attention_modules(self) -> list[MultiHeadAttention]:
         return attention_modules(self)
+
+
+class EncoderRecommender(SequentialRecommender):
+    """A model that is ``self.encoder`` (a ``TransformerEncoder``) over ``self.embed``: SASRec
+    and the models built like it; the last position alone is computed when only it is needed."""
+
+    def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
+        self.check_input(item_seq)
+        return self.encoder(self.embed(item_seq), item_seq != 0)
+
+    def last_hidden(self, item_seq: torch.Tensor) -> torch.Tensor:
+        self.check_input(item_seq)
+        return self.encoder(self.embed(item_seq), item_seq != 0, last_query_only=True)[:, -1]

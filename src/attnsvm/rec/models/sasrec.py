@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
+from attnsvm.rec.models.base import EncoderRecommender, TransformerConfig
 
 
 @dataclass(frozen=True)
@@ -29,7 +27,7 @@ class SASRecConfig(TransformerConfig):
     attention_output_dropout: bool = True
 
 
-class SASRec(SequentialRecommender):
+class SASRec(EncoderRecommender):
     objective = "causal"
     config_class = SASRecConfig
     padding_free = True
@@ -42,11 +40,3 @@ class SASRec(SequentialRecommender):
             causal=True, attention_output_dropout=config.attention_output_dropout
         )
         self.init_weights()
-
-    def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
-        self.check_input(item_seq)
-        return self.encoder(self.embed(item_seq), item_seq != 0)
-
-    def last_hidden(self, item_seq: torch.Tensor) -> torch.Tensor:
-        self.check_input(item_seq)
-        return self.encoder(self.embed(item_seq), item_seq != 0, last_query_only=True)[:, -1]

@@ -33,8 +33,7 @@ from typing import ClassVar
 import torch
 
 from attnsvm.rec.data.features import hashed_tokens, load_item_features
-from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
-from attnsvm.rec.nn.embedding import SequenceEmbedding
+from attnsvm.rec.models.base import EncoderRecommender, TransformerConfig
 from attnsvm.rec.nn.item_tower import FeatureItemTower
 
 
@@ -72,7 +71,7 @@ class SRTConfig(TransformerConfig):
             )
 
 
-class SRT(SequentialRecommender):
+class SRT(EncoderRecommender):
     objective = "last"
     config_class = SRTConfig
     padding_free = True
@@ -99,24 +98,9 @@ class SRT(SequentialRecommender):
         self.tower = FeatureItemTower(
             torch.from_numpy(tokens), config.num_buckets, config.token_size, config.hidden_size
         )
-        self.embed = SequenceEmbedding(
-            self.tower,
-            config.max_len,
-            config.position,
-            scale=config.scale_embeddings,
-            layer_norm=True,
-            dropout=config.dropout,
-        )
+        self.embed = self.sequence_embedding(self.tower, layer_norm=True)
         self.encoder = self.build_encoder(causal=True)
         self.init_weights()
-
-    def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
-        self.check_input(item_seq)
-        return self.encoder(self.embed(item_seq), item_seq != 0)
-
-    def last_hidden(self, item_seq: torch.Tensor) -> torch.Tensor:
-        self.check_input(item_seq)
-        return self.encoder(self.embed(item_seq), item_seq != 0, last_query_only=True)[:, -1]
 
     def output_embedding(self) -> torch.Tensor:
         return self.tower.table()

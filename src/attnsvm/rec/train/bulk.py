@@ -9,33 +9,25 @@ writes one Parquet table (``user``, ``rank``, ``item``, ``score``; external ids)
 - ``histories="test"`` or ``"valid"``: the evaluator's own task of that split (the history before
   the held-out item, the split's seen-item exclusion); the lists are the evaluator's top-k.
 
-Both go through the evaluator's pieces (``LoadedRun.scores``, ``ranking.mask_batch``,
-``ranking.topk_lower_id_first``): one batch of users is scored at a time, longest histories
-first, so memory is a batch × the catalogue, never users × items, and equal scores keep the
+Both rank as the evaluator does (``LoadedRun.scores``, ``ranking.ranked_batches``): one batch
+of users is scored at a time, longest histories first, so memory is a batch × the catalogue, never users × items, and equal scores keep the
 lower item id first.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from attnsvm._atomic import atomic_path
 from attnsvm.errors import InvalidRequest, shown
 from attnsvm.rec.data.interactions import Interactions
 from attnsvm.rec.data.sequences import EvalTask, Sequences
-from attnsvm.rec.eval.ranking import (
-    ScoreFn,
-    batch_scores,
-    check_no_nan,
-    mask_batch,
-    topk_lower_id_first,
-)
+from attnsvm.rec.eval import ranking
 from attnsvm.rec.train.checkpoint import RunDirError
 from attnsvm.rec.train.runs import LoadedRun, load_run, open_run
 
@@ -51,39 +43,6 @@ class BulkResult:
     k: int
     rank_seconds: float  # scoring and top-k of every user (the run and data loaded before)
     write_seconds: float
-
-
-def ranked_batches(
-    score_fn: ScoreFn,
-    task: EvalTask,
-    num_items: int,
-    k: int,
-    *,
-    batch_size: int = 1024,
-    exclude_seen: bool = True,
-) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
-    """``(rows, item ids (B, k), scores (B, k))`` per batch of task rows, as ``rank_topk`` ranks
-    them (longest histories first; ids 0 where fewer than k items are rankable)."""
-    if not 1 <= k <= num_items:
-        raise InvalidRequest(f"k={k} must lie in 1..{num_items} (the catalogue)")
-    if batch_size < 1:
-        raise InvalidRequest(f"batch_size={batch_size} must be ≥ 1")
-    order = np.argsort(-task.history.lengths, kind="stable")
-    ordered = EvalTask(
-        task.users[order],
-        task.history.select(order),
-        task.targets.select(order),
-        task.exclude.select(order),
-    )
-    with torch.inference_mode():
-        for start in range(0, len(task), batch_size):
-            stop = min(start + batch_size, len(task))
-            rows = order[start:stop]
-            scores = batch_scores(score_fn, rows, num_items)
-            mask_batch(scores, ordered, start, stop, exclude_seen)
-            values, ids = topk_lower_id_first(scores, k)
-            check_no_nan(values[:, 0], rows)
-            yield rows, ids, values
 
 
 def full_history_task(run: LoadedRun, data: Interactions) -> EvalTask:
@@ -158,7 +117,9 @@ def recommend_all(
     ids = np.zeros((len(task), k), dtype=np.int64)
     values = np.zeros((len(task), k), dtype=np.float32)
     done = 0
-    for rows, batch_ids, batch_values in ranked_batches(
+    if batch_size < 1:
+        raise InvalidRequest(f"batch_size={batch_size} must be ≥ 1")
+    for rows, batch_ids, batch_values in ranking.ranked_batches(
         run.scores(task), task, num_items, k, batch_size=batch_size
     ):
         ids[rows] = batch_ids.cpu().numpy()

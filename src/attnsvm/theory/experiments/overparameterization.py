@@ -105,20 +105,12 @@ def _plotter(rows):
         ax1, ax2 = fig.subplots(1, 2)
         ds = sorted(rows)
         for param, color in (("W", "tab:blue"), ("KQ", "tab:red")):
-            ax1.plot(
-                ds,
-                [rows[d][param]["frac_global"] for d in ds],
-                "o-",
-                color=color,
-                label=f"{param}: alpha = opt",
-            )
-            ax1.plot(
-                ds,
-                [rows[d][param]["frac_locally_optimal_fro"] for d in ds],
-                "s--",
-                color=color,
-                label=f"{param}: locally optimal",
-            )
+            for field, style, what in (
+                ("frac_global", "o-", "alpha = opt"),
+                ("frac_locally_optimal_fro", "s--", "locally optimal"),
+            ):
+                values = [rows[d][param][field] for d in ds]
+                ax1.plot(ds, values, style, color=color, label=f"{param}: {what}")
             ax2.plot(
                 ds,
                 [rows[d][param]["corr_own_svm"].get("median", np.nan) for d in ds],

@@ -164,22 +164,12 @@ def _plotter(accurate, compat, cells):
                 if key not in table:
                     continue
                 ds = [d for d, c in table[key].items() if c["rank_fro"] is not None]
-                ax.plot(
-                    ds,
-                    [table[key][d]["rank_fro"] for d in ds],
-                    "-o",
-                    color=color,
-                    ms=3,
-                    label=f"{key} Frobenius",
-                )
-                ax.plot(
-                    ds,
-                    [table[key][d]["rank_nuc"] for d in ds],
-                    "--s",
-                    color=color,
-                    ms=3,
-                    label=f"{key} nuclear",
-                )
+                for field, style, norm in (
+                    ("rank_fro", "-o", "Frobenius"),
+                    ("rank_nuc", "--s", "nuclear"),
+                ):
+                    values = [table[key][d][field] for d in ds]
+                    ax.plot(ds, values, style, color=color, ms=3, label=f"{key} {norm}")
         ax1.set(xlabel="d", ylabel="mean rank", title="accurate (feasible instances only)")
         ax2.set(xlabel="d", ylabel="mean rank", title="notebook mode (infeasible = rank 1, SCS)")
         ax1.legend(fontsize=6)
