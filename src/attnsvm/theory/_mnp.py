@@ -215,12 +215,7 @@ def _weakest_last(kernel: ProductKernel, factor: CorralFactor, corral, mu, shift
     ``WEAK_FRACTION`` smallest weights where they sit would cost more than refactorising: the
     points about to leave then sit at the end, where deletions are cheap."""
     size = len(corral)
-    if size <= LARGE_CORRAL:
-        return corral, mu
-    count = max(1, int(WEAK_FRACTION * size))
-    weakest = np.argpartition(mu, count - 1)[:count]
-    tails = (size - weakest).astype(np.float64)
-    if DELETION_FLOPS_PER_TAIL_ENTRY * float(tails @ tails) <= size**3 / 3:
+    if size <= LARGE_CORRAL or not _refactor_pays(size, _weakest(mu)):
         return corral, mu
     order = np.argsort(-mu, kind="stable")
     try:
@@ -228,6 +223,37 @@ def _weakest_last(kernel: ProductKernel, factor: CorralFactor, corral, mu, shift
     except LinAlgError:  # nearly dependent: keep the incrementally built factor and its order
         return corral, mu
     return corral[order], mu[order]
+
+
+def _weakest(weights: np.ndarray) -> np.ndarray:
+    """Positions of the ``WEAK_FRACTION`` smallest weights: the points most likely to leave."""
+    count = max(1, int(WEAK_FRACTION * len(weights)))
+    return np.argpartition(weights, count - 1)[:count]
+
+
+def _refactor_pays(size: int, positions: np.ndarray) -> bool:
+    """Whether deleting the points at ``positions`` where they sit costs more than a
+    refactorisation (``size^3 / 3`` flops)."""
+    tails = (size - positions).astype(np.float64)
+    return DELETION_FLOPS_PER_TAIL_ENTRY * float(tails @ tails) > size**3 / 3
+
+
+def _drop(kernel: ProductKernel, factor: CorralFactor, corral, weights, drop, shift: float):
+    """``corral`` without the points ``drop``: deleted from the factor, or, where deleting them
+    and the next weakest where they sit would cost more, refactorised without them in the order
+    of decreasing weight (a deep departure then pays for the reordering the next ones need)."""
+    positions = np.flatnonzero(drop)
+    kept = corral[~drop]
+    size = len(corral)
+    if size > LARGE_CORRAL and _refactor_pays(size, np.union1d(positions, _weakest(weights))):
+        order = np.argsort(-weights[~drop], kind="stable")
+        try:
+            factor.refactor(kernel.gram_upper(kept[order], shift))
+            return kept[order]
+        except LinAlgError:  # nearly dependent: delete from the incrementally built factor
+            pass
+    factor.delete(positions)
+    return kept
 
 
 def _minor_cycle(kernel: ProductKernel, factor: CorralFactor, corral, mu, shift: float, bound):
@@ -249,9 +275,7 @@ def _minor_cycle(kernel: ProductKernel, factor: CorralFactor, corral, mu, shift:
         affine /= affine.sum()
         if affine.min() > WEIGHT_TOL:
             break
-        drop = affine <= WEIGHT_TOL
-        factor.delete(np.flatnonzero(drop))
-        corral = corral[~drop]
+        corral = _drop(kernel, factor, corral, affine, affine <= WEIGHT_TOL, shift)
     if len(corral) == len(start_corral):
         return corral, affine
     point = kernel.combine(corral, affine)

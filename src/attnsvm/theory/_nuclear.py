@@ -31,9 +31,9 @@ MAX_ROUNDS = 30
 #: Accuracy of the first working set's solve: it only decides which constraints to add (16
 #: instead of 22 iterations at (300, 50, 64)).
 EXPLORE_TOL = 1e-6
-#: Constraints this close to the margin join the working set with the violated ones: later
-#: rounds' additions come from there (within 0.018 of it after the second round at
-#: (150, 50, 64)), so one round catches what took three.
+#: Constraints this close to the margin join the working set with the violated ones: the next
+#: rounds' additions mostly come from there (within 0.018 of it after the first tight round at
+#: (150, 50, 64)); at (300, 50, 64) the rounds went from 5 to 4, with fewer tight ones.
 NEAR_MARGIN = 0.05
 
 

@@ -2,10 +2,11 @@
 
 Their linear algebra is many small and mid-sized products and factorisations (64-square blocks,
 Schur and Gram matrices of a few thousand rows), where OpenBLAS's threads gain little on an idle
-machine and collapse on a busy one: with another process keeping one of two cores busy,
-``solve_nuclear`` at (50, 32, 32) took 77-113 s with the default threads against 7-8 s with
-one, and a 3,500-point Cholesky factorisation 2.8 s against 0.3 s. One thread is the choice
-that never loses much and never collapses (``benchmarks/theory_contention.py`` measures both).
+machine and collapse on a busy one: on 2 shared cores, ``solve_nuclear`` at (50, 32, 32) took
+77-113 s with the default threads against 7-8 s with one (before this policy), and the
+(1000, 50, 64) Frobenius solve took 19 s with two threads against 9 s with one at a load of
+about one other process. One thread is the choice that never loses much and never collapses
+(``benchmarks/theory_contention.py`` measures both, idle and beside a busy core).
 The limit holds inside the decorated functions only, whatever the caller set, and is undone on
 return; the undecorated function stays reachable as ``__wrapped__`` for that benchmark.
 """

@@ -10,8 +10,8 @@ writes one Parquet table (``user``, ``rank``, ``item``, ``score``; external ids)
   the held-out item, the split's seen-item exclusion); the lists are the evaluator's top-k.
 
 Both rank as the evaluator does (``LoadedRun.scores``, ``ranking.ranked_batches``): one batch
-of users is scored at a time, longest histories first, so memory is a batch × the catalogue, never users × items, and equal scores keep the
-lower item id first.
+of users is scored at a time, longest histories first, so memory is a batch × the catalogue,
+never users × items, and equal scores keep the lower item id first.
 """
 
 from __future__ import annotations
