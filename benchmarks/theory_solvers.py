@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import queue as queue_module
 import resource
 import statistics
 import time
@@ -81,9 +82,9 @@ def _clarabel_nuclear(X, Z, alpha):
 def _child(queue, kind: str, size, memory_gib: float) -> None:
     limit = int(memory_gib * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    X, Z, alpha = instance(*size)
     warnings.simplefilter("ignore")  # Clarabel's "almost solved"; the accuracy is reported
     try:
+        X, Z, alpha = instance(*size)
         if kind == "clarabel-nuc":
             seconds, W = _clarabel_nuclear(X, Z, alpha)
         else:
@@ -101,17 +102,26 @@ def _child(queue, kind: str, size, memory_gib: float) -> None:
 
 
 def isolated(kind: str, size, cap: float, memory_gib: float):
-    """One official or Clarabel run in a fresh process: ``(seconds, W)``, "cap" or "memory".
+    """One official or Clarabel run in a fresh process: ``(seconds, W)``, "cap" or "memory"
+    (the child ran out of its address space: a MemoryError, or Clarabel's abort).
 
     "spawn", not "fork": a fork after Clarabel has started its threads can deadlock."""
     context = mp.get_context("spawn")
     queue = context.Queue()
     process = context.Process(target=_child, args=(queue, kind, size, memory_gib))
     process.start()
+    deadline = time.perf_counter() + cap
     try:
-        return queue.get(timeout=cap)
-    except Exception:  # queue.Empty: over the cap (or the child died)
-        return "cap" if process.is_alive() else "memory"
+        while time.perf_counter() < deadline:
+            try:
+                return queue.get(timeout=1.0)
+            except queue_module.Empty:
+                if not process.is_alive():  # died: whatever it sent last, else out of memory
+                    try:
+                        return queue.get(timeout=1.0)
+                    except queue_module.Empty:
+                        return "memory"
+        return "cap"
     finally:
         process.kill()
         process.join()

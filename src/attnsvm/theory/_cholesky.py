@@ -100,9 +100,13 @@ class CorralFactor:
             # the kept columns of the tail, then their kept rows: contiguous slice copies
             columns = np.empty((size - first, kept), order="F")
             triangle = np.empty((kept, kept), order="F")
+            # the forward solve's tail needs R[:first, tail]^T forward[:first]: taken from each
+            # segment while it is in cache for the shift, not in another pass over all of them
+            above = np.empty(kept)
             start = 0
             for a, b in segments:
                 columns[:, start : start + b - a] = R[first:size, a:b]
+                above[start : start + b - a] = R[:first, a:b].T @ self.forward[:first]
                 R[:first, first + start : first + start + b - a] = R[:first, a:b]
                 start += b - a
             start = 0
@@ -112,9 +116,8 @@ class CorralFactor:
             panel = min(DELETE_PANEL, kept)
             triangle = dtpqrt(0, panel, triangle, rows, overwrite_a=1, overwrite_b=1)[0]
             R[first : first + kept, first : first + kept] = triangle
-            repaired = 1.0 - R[:first, first : first + kept].T @ self.forward[:first]
             self.forward = np.concatenate(
-                [self.forward[:first], dtrsv(triangle, repaired, lower=0, trans=1)]
+                [self.forward[:first], dtrsv(triangle, 1.0 - above, lower=0, trans=1)]
             )
         else:
             self.forward = self.forward[:first]
