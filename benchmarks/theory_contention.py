@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import statistics
 import time
 
 from threadpoolctl import ThreadpoolController
 
-import theory_conditions as conditions
+import conditions
 from attnsvm.theory.svm import solve_frobenius, solve_nuclear
 from theory_solvers import instance
 
@@ -33,39 +32,13 @@ WORKLOADS = {
 }
 
 
-def _spin(core: int, deadline: float) -> None:
-    os.sched_setaffinity(0, {core})
-    while time.time() < deadline:
-        pass
-
-
-class BusyCore:
-    """A child process keeping one core busy until stopped (or ``bound`` seconds pass)."""
-
-    def __init__(self, bound: float):
-        core = max(os.sched_getaffinity(0))
-        # "fork": the child only spins, so it starts at once (a spawned one would first spend
-        # seconds importing this script's modules)
-        context = mp.get_context("fork")
-        self.process = context.Process(target=_spin, args=(core, time.time() + bound))
-
-    def __enter__(self):
-        self.process.start()
-        time.sleep(0.2)  # spinning before the measured solve starts
-        return self
-
-    def __exit__(self, *exc):
-        self.process.kill()
-        self.process.join()
-
-
 def run(solver, size, mode: str, busy: bool, bound: float, controller) -> dict:
     X, Z, alpha = instance(*size)
     cores = len(os.sched_getaffinity(0))
     before = conditions.load()
     start = time.perf_counter()
     if busy:
-        with BusyCore(bound):
+        with conditions.BusyCore(bound):
             start = time.perf_counter()
             _solve(solver, X, Z, alpha, mode, cores, controller)
             seconds = time.perf_counter() - start

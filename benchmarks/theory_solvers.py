@@ -14,7 +14,7 @@ Instances follow the local_converge generator (unit-norm Gaussian tokens, unit q
 random signs, alpha = opt; numpy RNG, seed 0). Per size, the systems run interleaved (ours,
 Clarabel, official, then again) ``--repeats`` times; a system over its cap is not run again.
 Times are medians; every run records the load average before and after it, and a row whose run
-saw more runnable work than cores is marked loaded (theory_conditions.py). KKT is the largest
+saw more runnable work than cores is marked loaded (conditions.py). KKT is the largest
 of our residuals (primal, dual, complementarity, stationarity, gap).
 
     .venv/bin/python benchmarks/theory_solvers.py [--repeats 3] [--cap 300] [--memory 8]
@@ -34,7 +34,7 @@ import warnings
 
 import numpy as np
 
-import theory_conditions as conditions
+import conditions
 from attnsvm.theory import _nuclear
 from attnsvm.theory._compat import solve_official_style
 from attnsvm.theory.svm import (

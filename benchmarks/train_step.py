@@ -10,7 +10,7 @@ the alternative, each in the same run and process setting:
 2. **full-CE chunk size**: ``full_ce_loss`` forward and backward over 25,600 rows × 3,416 items
    for chunks of 256, 512 (the default) and 1,024 rows and for no chunking;
 3. **freed-memory setting**: a whole training step (forward, chunked CE, backward, AdamW) in two
-   fresh processes, one with ``attnsvm.rec.train.memory.keep_freed_memory()`` (what ``train``
+   fresh processes, one with ``attnsvm.process.keep_freed_memory()`` (what the CLI
    calls) and one with glibc's defaults, which return large freed blocks to the kernel and
    fault them in again on every step.
 
@@ -95,7 +95,7 @@ def step_worker(keep: bool, threads: int, repeats: int) -> float:
     """One process's median ms for a whole SASRec+ training step."""
     torch.set_num_threads(threads)
     if keep:
-        from attnsvm.rec.train.memory import keep_freed_memory
+        from attnsvm.process import keep_freed_memory
 
         keep_freed_memory()
     from attnsvm.rec.config import DataConfig, ModelChoice, RunConfig, TrainConfig
@@ -159,6 +159,11 @@ TRAINER_STEP = """
 import json, tempfile, torch
 from attnsvm.rec.config import RunConfig
 from attnsvm.rec.train.trainer import train
+try:  # newer trees: the CLI keeps freed memory, train() leaves the process as it is
+    from attnsvm.process import keep_freed_memory
+    keep_freed_memory()
+except ImportError:  # older trees: train() kept it itself
+    pass
 torch.set_num_threads({threads})
 data = {{
     "model": {{"name": "sasrec+"}},

@@ -20,6 +20,7 @@ import click
 import typer
 
 from attnsvm.cli.boundary import ErrorBoundary
+from attnsvm.process import configure_process
 
 #: command → the module in ``attnsvm.cli`` that defines it, in help order
 COMMANDS: dict[str, str] = {
@@ -88,7 +89,10 @@ class LazyCommands(ErrorBoundary):
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         if args and args[0] in COMMANDS:
-            return args[0], load_command(args[0]), args[1:]
+            command = load_command(args[0])
+            if not {"--help", "-h"} & set(args[1:]):
+                configure_process()  # threads and allocator for the work (attnsvm.process)
+            return args[0], command, args[1:]
         return super().resolve_command(ctx, args)
 
 

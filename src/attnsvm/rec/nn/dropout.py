@@ -20,16 +20,32 @@ import torch
 from torch import nn
 
 
+@torch.library.custom_op("attnsvm::keep_bits", mutates_args=())
+def _keep_bits(count: int, seed: int) -> torch.Tensor:
+    """``count`` uniform 32-bit integers as int32 in [-2³¹, 2³¹) from numpy's SFC64 (``seed``).
+
+    A custom operator, so that ``torch.compile`` calls it as one opaque node of the graph
+    instead of breaking the graph at the numpy call."""
+    # each 64-bit output is two uniform 32-bit integers
+    bits = np.random.SFC64(seed).random_raw((count + 1) // 2).view(np.int32)[:count]
+    return torch.from_numpy(bits)
+
+
+@_keep_bits.register_fake
+def _(count: int, seed: int) -> torch.Tensor:
+    return torch.empty(count, dtype=torch.int32)
+
+
 def _scaled_keep_mask(
     shape: torch.Size, p: float, dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
     """``1 / (1 − p)`` where an element is kept (probability 1 − p), 0 where it is dropped."""
     if device.type == "cpu":
-        seed = int(torch.randint(0, 2**63 - 1, ()))
-        count = math.prod(shape)
-        # each 64-bit output is two uniform 32-bit integers, read as int32: [-2³¹, 2³¹)
-        bits = np.random.SFC64(seed).random_raw((count + 1) // 2).view(np.int32)[:count]
-        keep = torch.from_numpy(bits >= round(p * 2**32) - 2**31).view(shape)
+        # the seed is a Python int drawn from torch's global generator; under torch.compile the
+        # draw is a scalar the graph captures (``capture_scalar_outputs``, set where it compiles)
+        seed = torch.randint(0, 2**63 - 1, ()).item()
+        bits = _keep_bits(math.prod(shape), seed)
+        keep = (bits >= round(p * 2**32) - 2**31).view(shape)
     else:  # random_ on int32 draws from [0, 2³¹)
         draws = torch.empty(shape, dtype=torch.int32, device=device).random_()
         keep = draws >= round(p * 2**31)

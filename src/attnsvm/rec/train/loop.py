@@ -116,7 +116,7 @@ class TrainingLoop:
             )
         self.attack_optimizer = adamw(attack, train) if attack else None
         self.scheduler = warmup(self.optimizer, train.warmup_steps)
-        self.train_model = torch.compile(model) if train.compile else model
+        self.train_model = _compiled(model) if train.compile else model
         self.valid_task = self._valid_subset(split.valid)
         self.epoch = self.step = self.best_epoch = self.bad_epochs = 0
         self.best = -math.inf
@@ -367,6 +367,7 @@ class TrainingLoop:
             "lr": self.scheduler.get_last_lr()[0],
             "train_seconds": train_seconds,
             "device": distributed.describe(self.context),
+            "threads": torch.get_num_threads(),
             "samples_per_second": samples / train_seconds,
             "valid_seconds": time.perf_counter() - start,
             "valid": valid.metrics,
@@ -375,3 +376,12 @@ class TrainingLoop:
             # each term's batch mean (this process's share under DDP), averaged over the steps
             record["aux"] = {k: v / len(batches) for k, v in self.aux_sums.items()}
         return record
+
+
+def _compiled(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` under ``torch.compile`` with one graph for every batch shape: dynamic shapes,
+    since the length groups cut each batch to its own width (a static graph would recompile
+    for every width seen), and scalar outputs captured, so the dropout's seed draw
+    (``rec/nn/dropout.py``) stays inside the graph instead of breaking it."""
+    torch._dynamo.config.capture_scalar_outputs = True
+    return torch.compile(model, dynamic=True)

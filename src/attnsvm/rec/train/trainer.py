@@ -15,6 +15,7 @@ Under ``torchrun`` every process draws the whole global batch and keeps its shar
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from attnsvm._atomic import write_json
 from attnsvm.errors import shown
+from attnsvm.process import ThreadChoice, choose_threads, chosen_threads, use_threads
 from attnsvm.rec.config import RunConfig, load_config, validate
 from attnsvm.rec.eval.sampled import sampled_evaluate
 from attnsvm.rec.models import resolve
@@ -47,7 +49,6 @@ from attnsvm.rec.train.checkpoint import (
     save_weights,
 )
 from attnsvm.rec.train.loop import TrainingError, TrainingLoop
-from attnsvm.rec.train.memory import keep_freed_memory
 from attnsvm.rec.train.preflight import check_run_fits
 from attnsvm.rec.train.run_lock import holding_run_locks
 from attnsvm.rec.train.scoring import build, evaluate_model, load_split, score_function
@@ -96,6 +97,21 @@ def _restore(loop: TrainingLoop, path: Path) -> None:
         ) from None
 
 
+def _thread_choice(config: RunConfig, history: list[dict[str, Any]]) -> ThreadChoice:
+    """The run's thread count (``attnsvm.process``): ``train.num_threads``, else the count an
+    interrupted run trained with (the count changes float reduction order), else the process's
+    (the CLI's choice, or whatever the caller of ``train()`` set)."""
+    if config.train.num_threads is not None:
+        return use_threads(choose_threads(config.train.num_threads))
+    cores = len(os.sched_getaffinity(0))
+    if history and "threads" in history[-1]:
+        return use_threads(ThreadChoice(history[-1]["threads"], cores, None, "the resumed run"))
+    chosen = chosen_threads()
+    if chosen is not None and chosen.threads == torch.get_num_threads():
+        return chosen
+    return ThreadChoice(torch.get_num_threads(), cores, None, "the caller (torch's setting)")
+
+
 def _start(
     config: RunConfig, run: RunDirectory | None, run_dir, context
 ) -> tuple[TrainingLoop, RunDirectory]:
@@ -135,7 +151,6 @@ def _start(
 
 
 def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunResult:
-    keep_freed_memory()
     run = None
     if resume:
         run = _interrupted(run_dir, context)
@@ -147,10 +162,11 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
         config = load_config(run.work / "config.json")
         if lookup(config.model.name).baseline:
             return train_baseline(config, run=run)
-    if config.train.num_threads is not None:
-        torch.set_num_threads(config.train.num_threads)
     loop, run = _start(config, run, run_dir, context)
     config, model, split = loop.config, loop.model, loop.split
+    threads = _thread_choice(config, loop.history)
+    if show_progress and context.is_main:
+        Console(stderr=True, markup=False).print(f"threads: {threads.describe()}", highlight=False)
     for callback in callbacks:
         if context.is_main and hasattr(callback, "on_train_begin"):
             callback.on_train_begin(model, run.work)
@@ -210,6 +226,7 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
             # a resumed run may have trained on more than one machine
             "devices": sorted({r["device"] for r in loop.history if "device" in r}),
             "steps": loop.step,
+            "threads": threads.to_json(),
         }
         if config.eval.sampled_negatives is not None:
             sampled = sampled_evaluate(

@@ -1,6 +1,6 @@
-"""What a theory-lab benchmark ran on: the CPU, its vector and matrix units, the BLAS threads,
-and the load average around each measured part (shared by theory_solvers.py and
-theory_contention.py).
+"""What a benchmark ran on: the CPU, its vector and matrix units, torch's kernels, the BLAS
+threads, and the load average around each measured part; and a busy core to measure beside
+(shared by the benchmarks that time anything).
 
 A row is "loaded" when the 1-minute load average, counting the measured run's own threads,
 exceeded the machine's cores by more than half a core: some runnable work then waited for a
@@ -10,8 +10,10 @@ core, and the time is not a claim. Reproduce on an idle machine: no other jobs, 
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import platform
+import time
 from pathlib import Path
 
 from threadpoolctl import threadpool_info
@@ -37,8 +39,9 @@ def machine() -> dict:
         import torch
 
         capability = torch.backends.cpu.get_cpu_capability()
+        torch_threads = torch.get_num_threads()
     except ImportError:
-        capability = "no torch"
+        capability, torch_threads = "no torch", 0
     return {
         "cpu": model,
         "flags": [flag for flag in FLAGS if flag in flags],
@@ -51,6 +54,8 @@ def machine() -> dict:
         ],
         "theory_blas_threads": BLAS_THREADS,
         "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
+        "torch_threads": torch_threads,
+        **{name: os.environ.get(name, "unset") for name in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")},
     }
 
 
@@ -73,5 +78,33 @@ def describe(info: dict) -> str:
             f"- BLAS: {'; '.join(info['blas'])}; theory lab policy: "
             f"{info['theory_blas_threads']} BLAS thread; OPENBLAS_NUM_THREADS="
             f"{info['OPENBLAS_NUM_THREADS']}",
+            f"- this process: {info['torch_threads']} torch threads; OMP_NUM_THREADS="
+            f"{info['OMP_NUM_THREADS']}, OMP_WAIT_POLICY={info['OMP_WAIT_POLICY']}",
         ]
     )
+
+
+def _spin(core: int, deadline: float) -> None:
+    os.sched_setaffinity(0, {core})
+    while time.time() < deadline:
+        pass
+
+
+class BusyCore:
+    """A child process keeping one core busy until stopped (or ``bound`` seconds pass)."""
+
+    def __init__(self, bound: float):
+        core = max(os.sched_getaffinity(0))
+        # "fork": the child only spins, so it starts at once (a spawned one would first spend
+        # seconds importing this script's modules)
+        context = mp.get_context("fork")
+        self.process = context.Process(target=_spin, args=(core, time.time() + bound))
+
+    def __enter__(self):
+        self.process.start()
+        time.sleep(0.2)  # spinning before the measured solve starts
+        return self
+
+    def __exit__(self, *exc):
+        self.process.kill()
+        self.process.join()
