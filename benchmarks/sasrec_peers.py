@@ -84,6 +84,7 @@ from pathlib import Path
 
 import numpy as np
 
+import conditions
 from attnsvm.rec.config import DataConfig
 from attnsvm.rec.data.datasets import load_dataset
 from attnsvm.rec.data.splits import Split
@@ -91,7 +92,8 @@ from attnsvm.rec.eval import metrics_from_topk
 from attnsvm.rec.train.scoring import load_split
 
 HERE = Path(__file__).resolve().parent
-LIBRARIES = ("attnsvm", "rectools", "replay", "recbole")
+#: attnsvm in float32 (the ratios' base), under bf16 autocast and under torch.compile, then peers
+LIBRARIES = ("attnsvm", "attnsvm-bf16", "attnsvm-compile", "rectools", "replay", "recbole")
 THREADS = 2
 TOP_K = 10
 DRY_USERS = 300
@@ -168,9 +170,10 @@ def run_library(
     """Run the library's worker in a fresh process; its last line of output is its result."""
     out = workdir / name
     out.mkdir(parents=True, exist_ok=True)
+    library, _, variant = name.partition("-")
     command = [
         python,
-        str(HERE / "peers" / f"{name}_sasrec.py"),
+        str(HERE / "peers" / f"{library}_sasrec.py"),
         "--table",
         str(workdir / "table.csv"),
         "--out",
@@ -186,8 +189,8 @@ def run_library(
         "--cap-seconds",
         str(args.recbole_cap_seconds),
     ]
-    if name == "attnsvm":
-        command += ["--dataset", data.dataset]
+    if library == "attnsvm":
+        command += ["--dataset", data.dataset, "--variant", variant or "fp32"]
         if data.root is not None:
             command += ["--root", data.root]
     env = {
@@ -208,7 +211,32 @@ def run_library(
         tail = done.stderr.strip().splitlines()[-15:]
         return {"library": name, "error": "\n".join(tail), "wall_seconds": wall}
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return {**result, "wall_seconds": wall, "load_average_before": load_before}
+    load_after = os.getloadavg()[0]
+    return {
+        **result,
+        "wall_seconds": wall,
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "loaded": conditions.loaded(load_before, load_after, THREADS),
+    }
+
+
+def merged(rounds: list[dict]) -> dict:
+    """One library's rounds (A B A B …) as one result: every round's epochs after its first
+    (warm-up, compilation), the median evaluation seconds, loaded if any round was; the
+    metrics of the first round (the same seed every round)."""
+    if len(rounds) == 1 or any("error" in r for r in rounds):
+        return rounds[0]
+    first = rounds[0]
+    result = dict(first)
+    result["epoch_seconds"] = [first["epoch_seconds"][0]] + [
+        s for r in rounds for s in r["epoch_seconds"][1:]
+    ]
+    result["eval_seconds"] = statistics.median(r["eval_seconds"] for r in rounds)
+    result["eval_seconds_rounds"] = [r["eval_seconds"] for r in rounds]
+    result["loaded"] = any(r.get("loaded") for r in rounds)
+    result["rounds"] = len(rounds)
+    return result
 
 
 # -- scoring with attnsvm's metric code ------------------------------------------------------
@@ -284,22 +312,25 @@ def table(results: dict[str, dict], summary: dict) -> str:
     base_eval = base["eval_seconds"] if ok(base) else None
     lines = [
         "| library | s/epoch | epochs (s) | s/epoch ÷ attnsvm | eval s (all users, top-10) "
-        "| eval ÷ attnsvm | peak RSS (MiB) | HR@10 | NDCG@10 | seen in raw top-10 |",
-        "|" + "---|" * 10,
+        "| eval ÷ attnsvm | peak RSS (MiB) | HR@10 | NDCG@10 | seen in raw top-10 | load |",
+        "|" + "---|" * 11,
     ]
     for name, result in results.items():
         if not ok(result):
-            lines.append(f"| {name} | failed: {result['error'].splitlines()[-1][:80]} |" + " |" * 8)
+            lines.append(f"| {name} | failed: {result['error'].splitlines()[-1][:80]} |" + " |" * 9)
             continue
         per_epoch, how = epoch_seconds(result)
         epochs = ", ".join(f"{s:.1f}" for s in result["epoch_seconds"]) or "capped"
         epoch_ratio = f"{per_epoch / base_epoch:.2f}×" if base_epoch else "–"
+        load = f"{result['load_average_before']:.2f}→{result['load_average_after']:.2f}" + (
+            " **loaded**" if result.get("loaded") else ""
+        )
         eval_ratio = f"{result['eval_seconds'] / base_eval:.2f}×" if base_eval else "–"
         lines.append(
             f"| {name} {result.get('version', '')} | {per_epoch:.1f} ({how}) | {epochs} | "
             f"{epoch_ratio} | {result['eval_seconds']:.2f} | {eval_ratio} | "
             f"{result['peak_rss_mib']:.0f} | {result['HR@10']:.4f} | {result['NDCG@10']:.4f} | "
-            f"{result['seen_in_raw_top10']} |"
+            f"{result['seen_in_raw_top10']} | {load} |"
         )
     recbole = results.get("recbole")
     if ok(recbole):
@@ -337,15 +368,29 @@ def recbole_note(recbole: dict, summary: dict, base_epoch: float | None) -> str:
 
 def targets_note(results: dict[str, dict], base_epoch: float, base_eval: float) -> str:
     """The issue's targets, against the fastest peer (RecBole's epoch is not comparable)."""
-    peers = {n: r for n, r in results.items() if n != "attnsvm" and ok(r)}
+    peers = {n: r for n, r in results.items() if not n.startswith("attnsvm") and ok(r)}
     per_epoch = {n: epoch_seconds(r)[0] for n, r in peers.items() if n != "recbole"}
     parts = []
     if per_epoch:
         fastest = min(per_epoch, key=per_epoch.get)
         parts.append(
             f"per epoch, fastest peer {fastest} {per_epoch[fastest]:.1f} s, peer ÷ attnsvm "
-            f"{per_epoch[fastest] / base_epoch:.2f}× (target ≥ 3×)"
+            f"{per_epoch[fastest] / base_epoch:.2f}× (target ≥ 5×)"
         )
+    for variant in ("attnsvm-bf16", "attnsvm-compile"):
+        if ok(results.get(variant)):
+            seconds = epoch_seconds(results[variant])[0]
+            best = min(per_epoch.values()) if per_epoch else None
+            peer = f", fastest peer ÷ it {best / seconds:.2f}×" if best else ""
+            parts.append(
+                f"{variant} {seconds:.1f} s/epoch, float32 ÷ it {base_epoch / seconds:.2f}×{peer}, "
+                f"NDCG@10 {results[variant]['NDCG@10']:.4f}"
+            )
+    compiled = results.get("attnsvm-compile")
+    if ok(compiled) and len(compiled["epoch_seconds"]) > 1:
+        compile_seconds = compiled["epoch_seconds"][0] - epoch_seconds(compiled)[0]
+        parts.append(f"torch.compile: about {compile_seconds:.0f} s of compilation in epoch 1")
+    parts.append(f"attnsvm's top-10 for all users {base_eval:.2f} s (target ≤ 1.2 s)")
     if peers:
         fastest = min(peers, key=lambda n: peers[n]["eval_seconds"])
         parts.append(
@@ -373,6 +418,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="JSON results")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a new temp folder")
     parser.add_argument("--venvs", type=Path, default=Path("/tmp/venvs"))
+    parser.add_argument("--rounds", type=int, default=1, help="A B A B rounds of the libraries")
     args = parser.parse_args()
     only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = sorted(set(only) - set(LIBRARIES))
@@ -393,19 +439,26 @@ def main() -> None:
     config = peer_config()
     summary = data_summary(split, config["max_len"])
     print(f"data: {summary}; workdir {workdir}", file=sys.stderr)
+    machine = conditions.machine()
+    print(conditions.describe(machine), file=sys.stderr)
 
-    results: dict[str, dict] = {}
-    for name in sorted(only, key=LIBRARIES.index):  # attnsvm first: the ratios' base
-        python = sys.executable if name == "attnsvm" else str(args.venvs / name / "bin/python")
-        print(f"running {name} …", file=sys.stderr, flush=True)
-        result = run_library(name, python, args, workdir, data)
-        if "error" not in result:
-            result.update(score(result, split, workdir))
-            check_own_metrics(result)
-        results[name] = result
-        print(json.dumps(result), file=sys.stderr, flush=True)
+    rounds: dict[str, list[dict]] = {name: [] for name in sorted(only, key=LIBRARIES.index)}
+    for _ in range(args.rounds):  # A B A B: every library once per round, attnsvm first
+        for name in rounds:
+            library = name.partition("-")[0]
+            python = (
+                sys.executable if library == "attnsvm" else str(args.venvs / library / "bin/python")
+            )
+            print(f"running {name} …", file=sys.stderr, flush=True)
+            result = run_library(name, python, args, workdir, data)
+            if "error" not in result:
+                result.update(score(result, split, workdir))
+                check_own_metrics(result)
+            rounds[name].append(result)
+            print(json.dumps(result), file=sys.stderr, flush=True)
+    results = {name: merged(runs) for name, runs in rounds.items()}
 
-    report = table(results, summary)
+    report = conditions.describe(machine) + "\n\n" + table(results, summary)
     print(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
@@ -414,6 +467,8 @@ def main() -> None:
                 "dry": args.dry,
                 "epochs": args.epochs,
                 "threads": THREADS,
+                "conditions": machine,
+                "rounds": args.rounds,
                 "config": config,
                 "data": summary,
                 "recbole_cap_seconds": args.recbole_cap_seconds,

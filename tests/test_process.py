@@ -3,6 +3,8 @@
 import json
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -91,3 +93,31 @@ def test_a_run_records_its_threads(tmp_path, restore_threads):
     assert metrics["threads"]["chosen_by"] == "the caller (torch's setting)"
     log = [json.loads(line) for line in (result.run_dir / "log.jsonl").read_text().splitlines()]
     assert [record["threads"] for record in log] == [1]
+
+
+SPIN_PROBE = (
+    "import os, sys; from attnsvm.process import configure_process; "
+    "choice = configure_process(); assert 'torch' not in sys.modules; import torch; "
+    "print(os.environ.get('GOMP_SPINCOUNT'), choice.waiting, torch.get_num_threads() == "
+    "choice.threads)"
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, f"{process.SPIN_COUNT} GOMP_SPINCOUNT={process.SPIN_COUNT} True"),
+        ({"OMP_WAIT_POLICY": "ACTIVE"}, "None OMP_WAIT_POLICY=ACTIVE True"),
+        ({"GOMP_SPINCOUNT": "7"}, "7 GOMP_SPINCOUNT=7 True"),
+    ],
+)
+def test_the_short_spin_is_set_before_torch_loads_unless_the_user_chose(env, expected):
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    done = subprocess.run(
+        [sys.executable, "-c", SPIN_PROBE],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split("\n")[0] == expected

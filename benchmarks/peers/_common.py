@@ -57,6 +57,7 @@ def parse_args(description: str) -> argparse.Namespace:
     # attnsvm only: the same data as the table, through attnsvm's own loader
     parser.add_argument("--dataset")
     parser.add_argument("--root")
+    parser.add_argument("--variant", choices=("fp32", "bf16", "compile"), default="fp32")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     return args

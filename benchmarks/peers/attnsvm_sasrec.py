@@ -8,6 +8,10 @@ validation users after every epoch; that is not in the epoch seconds (``train_se
 ``log.jsonl`` covers the optimiser steps only). Then the last weights rank the whole catalogue
 for every test user from the train + valid history, seen items excluded, timed.
 
+``--variant bf16`` trains and ranks under bf16 autocast (the matmuls, the chunked CE's
+included, on bfloat16 operands with float32 masters and accumulators); ``--variant compile``
+trains the model under ``torch.compile`` (its first epoch includes the compilation).
+
     .venv/bin/python benchmarks/peers/attnsvm_sasrec.py --table T.csv --out DIR \\
         --dataset ml-1m --root ../shared/data
 """
@@ -17,15 +21,25 @@ from __future__ import annotations
 import json
 import time
 
-import torch
-from _common import CONFIG, finish, parse_args, use_threads
+from attnsvm.process import short_spin
 
-import attnsvm
-from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, TrainConfig
-from attnsvm.rec.eval import rank_topk
-from attnsvm.rec.models import LossConfig
-from attnsvm.rec.train import load_run, train
-from attnsvm.rec.train.scoring import load_split, score_function
+short_spin()  # as the CLI does, before torch loads its OpenMP runtime (attnsvm.process)
+
+import torch  # noqa: E402
+from _common import CONFIG, finish, parse_args, use_threads  # noqa: E402
+
+import attnsvm  # noqa: E402
+from attnsvm.rec.config import (  # noqa: E402
+    DataConfig,
+    EvalConfig,
+    ModelChoice,
+    RunConfig,
+    TrainConfig,
+)
+from attnsvm.rec.eval import rank_topk  # noqa: E402
+from attnsvm.rec.models import LossConfig  # noqa: E402
+from attnsvm.rec.train import load_run, train  # noqa: E402
+from attnsvm.rec.train.scoring import load_split, score_function  # noqa: E402
 
 
 def main() -> None:
@@ -55,6 +69,8 @@ def main() -> None:
             keep="last",  # a fixed budget of epochs, as for every peer
             seed=args.seed,
             num_threads=args.threads,
+            bf16=args.variant == "bf16",
+            compile=args.variant == "compile",
         ),
         EvalConfig(ks=(args.top_k,), batch_size=args.eval_batch_size),
     )
@@ -63,7 +79,7 @@ def main() -> None:
 
     run = load_run(result.run_dir)
     split = load_split(config.data)
-    score = score_function(run.model, split.test, torch.device("cpu"))
+    score = score_function(run.model, split.test, torch.device("cpu"), bf16=args.variant == "bf16")
     start = time.perf_counter()
     topk = rank_topk(
         score, split.test, split.num_items, args.top_k, batch_size=args.eval_batch_size
@@ -75,7 +91,7 @@ def main() -> None:
         split.test.users,
         topk,
         {
-            "library": "attnsvm",
+            "library": "attnsvm" if args.variant == "fp32" else f"attnsvm-{args.variant}",
             "version": attnsvm.__version__,
             "epoch_seconds": [record["train_seconds"] for record in log],
             "fit_seconds": result.train_seconds,

@@ -1,18 +1,22 @@
-"""Process-wide settings: how many threads torch uses, and how freed memory is kept.
+"""Process-wide settings: how torch's threads wait and how many there are, and how freed memory
+is kept.
 
-**Threads.** torch's OpenMP pool starts one thread per core and, between parallel regions,
-spins waiting for work. When another process keeps a core busy, a spinning thread holds a
-core its sibling needs and every parallel region waits for the descheduled one: on the 2-core
-reference machine, SASRec+ on ML-1M trained at 148 samples/s beside one busy core against 452
-idle, and the demo's small model at 1,500 against 5,700 (``benchmarks/train_contention.py``).
-With one thread beside that busy core the figures were 304 and 5,100. ``OMP_WAIT_POLICY=PASSIVE``
-stops the spinning but costs small models most of their speed on an idle machine (the demo:
-1,700 samples/s against 5,700), so the policy here keeps OpenMP's default waiting and chooses
-the **thread count** instead: the cores this process may use minus the cores other processes
-kept busy over a short sample of ``/proc/stat`` at start-up. The choice holds for the whole
-run: the thread count changes the order of float reductions, so a run is bit-reproducible for
-a given count (``train.num_threads`` or ``OMP_NUM_THREADS`` pins it; a resumed run keeps the
-count it started with).
+**Waiting.** torch's OpenMP pool (GNU libgomp) keeps a finished thread spinning for work for a
+long while (``GOMP_SPINCOUNT``, 300,000 iterations by default) before it sleeps. When other
+processes want the cores, a spinning thread holds a core its sibling needs and every parallel
+region waits for the descheduled one: with other work running on the 2-core reference machine
+(load average 4.5), a 3-step SASRec+ epoch (2 threads) took 52 s against 1.7 s at one thread,
+and 1.8-2.2 s at two threads with the spin cut to 0-1,000 iterations (``OMP_WAIT_POLICY=PASSIVE``
+is 0). Not spinning at all costs small models on an idle machine (the demo's model: 1,700
+samples/s against 5,700), so the CLI sets a short spin, ``SPIN_COUNT`` iterations, unless the
+user set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``. libgomp reads it once, when torch loads it,
+so it only takes effect when set before ``import torch``.
+
+**Thread count.** The cores this process may use minus the cores other processes kept busy
+over a short sample of ``/proc/stat`` at start-up (``OMP_NUM_THREADS`` or ``train.num_threads``
+pin it). The choice holds for the whole run: the thread count changes the order of float
+reductions, so a run is bit-reproducible for a given count (a resumed run keeps the count it
+started with). ``benchmarks/train_contention.py`` measures both beside a busy core.
 
 **Freed memory.** glibc serves allocations above its mmap threshold (128 KiB at start, raised
 dynamically up to 32 MiB) with a fresh ``mmap`` and returns them with ``munmap`` when freed. A
@@ -23,9 +27,10 @@ the heap-trim threshold to 1 GiB lets the allocator reuse those pages, at the pr
 up to 1 GiB of freed heap resident. A SASRec+ step on ML-1M (2 threads) took 11 % less time
 with it (390 against 438 ms, alternating A/B).
 
-The CLI applies both (``configure_process``) before a command runs; ``train()`` and the other
-library functions leave the process as the caller set it, and a library user opts in with one
-call to ``configure_process()``.
+The CLI applies all three (``configure_process``) before a command imports torch; ``train()``
+and the other library functions leave the process as the caller set it, and a library user
+opts in with one call to ``configure_process()`` before importing torch (after it, only the
+thread count and the allocator still change).
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ _M_MMAP_THRESHOLD = -3
 SAMPLE_SECONDS = 0.1
 #: a core counts as taken when other processes used more than this share of it
 BUSY_SHARE = 0.5
+#: libgomp's spin before a waiting thread sleeps (see the module docstring)
+SPIN_COUNT = 1000
 
 
 @dataclass(frozen=True)
@@ -53,12 +60,13 @@ class ThreadChoice:
     cores: int  # cores this process may run on
     busy_elsewhere: float | None  # cores other processes kept busy at start (None: not sampled)
     chosen_by: str  # "measurement", "OMP_NUM_THREADS", "train.num_threads", "resumed run", ...
+    waiting: str = ""  # how idle OpenMP threads wait (``openmp_waiting``)
 
     def describe(self) -> str:
         line = f"{self.threads} thread(s) on {self.cores} core(s), chosen by {self.chosen_by}"
         if self.busy_elsewhere is not None:
             line += f" ({self.busy_elsewhere:.1f} core(s) busy with other work at start)"
-        return line
+        return line + (f"; OpenMP waiting: {self.waiting}" if self.waiting else "")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -98,20 +106,37 @@ def busy_elsewhere(seconds: float = SAMPLE_SECONDS) -> float | None:
     return max(0.0, (busy_after - busy_before - own) / elapsed)
 
 
+def openmp_waiting() -> str:
+    """How idle OpenMP threads wait in this process, in words (for the logs)."""
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        if name in os.environ:
+            return f"{name}={os.environ[name]}"
+    return "libgomp's default spin (300,000)"
+
+
+def short_spin() -> str:
+    """Set ``GOMP_SPINCOUNT=SPIN_COUNT`` unless the user chose a wait policy or torch (and its
+    libgomp) is already loaded; returns the waiting in force."""
+    if "torch" not in sys.modules and not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ):
+        os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+    return openmp_waiting()
+
+
 def choose_threads(requested: int | None = None) -> ThreadChoice:
     """The thread count for a run: ``requested``, else ``OMP_NUM_THREADS``, else the cores that
     were not busy with other processes over a short sample (at least one)."""
     cores = len(os.sched_getaffinity(0))
+    waiting = openmp_waiting()
     if requested is not None:
-        return ThreadChoice(requested, cores, None, "train.num_threads")
+        return ThreadChoice(requested, cores, None, "train.num_threads", waiting)
     pinned = os.environ.get("OMP_NUM_THREADS", "")
     if pinned.isdigit() and int(pinned) > 0:
-        return ThreadChoice(int(pinned), cores, None, "OMP_NUM_THREADS")
+        return ThreadChoice(int(pinned), cores, None, "OMP_NUM_THREADS", waiting)
     busy = busy_elsewhere()
     if busy is None:
-        return ThreadChoice(cores, cores, None, "cores (no /proc/stat to sample)")
+        return ThreadChoice(cores, cores, None, "cores (no /proc/stat to sample)", waiting)
     taken = int(busy + 1 - BUSY_SHARE)  # a core is taken when more than BUSY_SHARE of it was used
-    return ThreadChoice(max(1, cores - taken), cores, round(busy, 2), "measurement")
+    return ThreadChoice(max(1, cores - taken), cores, round(busy, 2), "measurement", waiting)
 
 
 def use_threads(choice: ThreadChoice) -> ThreadChoice:
@@ -146,9 +171,10 @@ def keep_freed_memory() -> bool:
 
 
 def configure_process(threads: int | None = None) -> ThreadChoice:
-    """What the CLI does before a command: keep freed memory, and choose the thread count
-    (``threads``, ``OMP_NUM_THREADS``, or the cores not busy elsewhere, sampled on the first
-    call only). Returns the choice."""
+    """What the CLI does before a command: a short OpenMP spin (before torch loads), keep
+    freed memory, and choose the thread count (``threads``, ``OMP_NUM_THREADS``, or the cores
+    not busy elsewhere, sampled on the first call only). Returns the choice."""
+    short_spin()
     keep_freed_memory()
     if threads is None and _chosen is not None:  # measured once per process
         return use_threads(_chosen)

@@ -89,10 +89,10 @@ class LazyCommands(ErrorBoundary):
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         if args and args[0] in COMMANDS:
-            command = load_command(args[0])
             if not {"--help", "-h"} & set(args[1:]):
-                configure_process()  # threads and allocator for the work (attnsvm.process)
-            return args[0], command, args[1:]
+                # OpenMP waiting and threads, before the command's module imports torch
+                configure_process()
+            return args[0], load_command(args[0]), args[1:]
         return super().resolve_command(ctx, args)
 
 

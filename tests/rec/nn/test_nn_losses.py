@@ -194,6 +194,28 @@ def test_chunked_ce_scales_with_the_incoming_gradient_and_float32() -> None:
     torch.testing.assert_close(e32.grad, g_e.float(), atol=1e-6, rtol=1e-5)
 
 
+def test_chunked_ce_under_bf16_autocast_multiplies_in_bf16_close_to_float64() -> None:
+    """bf16 operands (8 mantissa bits), float32 softmax and sums: the loss and gradients stay
+    within a few bf16 roundings of the exact ones, and differ from the float32 path (so the
+    bf16 matmuls did run)."""
+    hidden, positives, embedding, bias, _ = problem(9, True)
+    reference = naive_ce(hidden, positives, embedding, bias)
+    g_h, g_e, g_b = torch.autograd.grad(reference, [hidden, embedding, bias])
+    results = {}
+    for mode in ("float32", "bf16"):
+        h32, e32, b32 = (t.detach().float().requires_grad_(True) for t in (hidden, embedding, bias))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
+            loss = full_ce_loss(h32, positives, e32, b32, chunk_size=4)
+        loss.backward()
+        assert loss.dtype == h32.grad.dtype == e32.grad.dtype == torch.float32
+        results[mode] = (loss.detach(), h32.grad, e32.grad, b32.grad)
+        scale = 2e-2 if mode == "bf16" else 1e-5
+        torch.testing.assert_close(loss.double(), reference.detach(), atol=scale, rtol=scale)
+        for got, exact in zip((h32.grad, e32.grad, b32.grad), (g_h, g_e, g_b), strict=True):
+            assert (got.double() - exact).abs().max() <= scale * exact.abs().max()
+    assert not torch.equal(results["bf16"][1], results["float32"][1])
+
+
 class LargestTensor(TorchDispatchMode):
     """Records the largest number of elements of any tensor an op produces."""
 

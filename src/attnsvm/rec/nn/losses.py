@@ -150,16 +150,24 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     are, so the forward pass accumulates ``∂/∂hidden`` (N, D), ``∂/∂embedding`` and ``∂/∂bias``
     chunk by chunk and frees each chunk's logits; backward only scales them by the incoming
     gradient. Three matmuls per chunk, as for the naive loss, but peak memory chunk_size × items.
+
+    ``matmul_dtype=torch.bfloat16`` (under bf16 autocast) runs the three matmuls on bfloat16
+    copies of their operands, which the CPU's bf16 units (AVX-512-BF16, AMX) multiply several
+    times faster than float32 (the logits matmul of SASRec+ on ML-1M: 1.0 against 6.5 ms a
+    chunk on an AVX-512-BF16 EPYC); the softmax, the loss and every accumulator stay float32,
+    and the parameters are the caller's float32 masters.
     """
 
     @staticmethod
-    def forward(ctx, hidden, positives, embedding, bias, chunk_size):
-        need_hidden, _, need_embedding, need_bias, _ = ctx.needs_input_grad
+    def forward(ctx, hidden, positives, embedding, bias, chunk_size, matmul_dtype=None):
+        need_hidden, _, need_embedding, need_bias, _, _ = ctx.needs_input_grad
         need_any = need_hidden or need_embedding or need_bias
         rows = hidden.shape[0]
         # float32 accumulation (float64 kept for reference checks), whatever autocast produced
         acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        low = matmul_dtype if matmul_dtype is not None and acc == torch.float32 else acc
         weight = embedding.to(acc)
+        weight_low = embedding.to(low)
         grad_hidden = torch.empty_like(hidden, dtype=acc) if need_hidden else None
         grad_embedding = torch.zeros_like(weight) if need_embedding else None
         grad_bias = torch.zeros_like(bias, dtype=acc) if need_bias else None
@@ -167,9 +175,12 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         # one logits buffer reused by every chunk: fresh large allocations page-fault on CPU
         buffer = hidden.new_empty((min(chunk_size, rows), weight.shape[0]), dtype=acc)
         for start in range(0, rows, chunk_size):
-            h = hidden[start : start + chunk_size].to(acc)
+            h = hidden[start : start + chunk_size].to(low)
             target = positives[start : start + chunk_size]
-            logits = torch.mm(h, weight.T, out=buffer[: len(h)])
+            if low == acc:
+                logits = torch.mm(h, weight.T, out=buffer[: len(h)])
+            else:
+                logits = buffer[: len(h)].copy_(torch.mm(h, weight_low.T))
             if bias is not None:
                 logits += bias.to(acc)
             logits[:, 0] = float("-inf")
@@ -181,10 +192,17 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
             if need_any:
                 grad_logits = probs.div_(norm[:, None] * rows)
                 grad_logits[torch.arange(len(target), device=target.device), target] -= 1.0 / rows
-                if need_hidden:
-                    torch.mm(grad_logits, weight, out=grad_hidden[start : start + chunk_size])
-                if need_embedding:
-                    grad_embedding.addmm_(grad_logits.T, h)
+                if low != acc:
+                    grad_low = grad_logits.to(low)
+                    if need_hidden:
+                        grad_hidden[start : start + chunk_size] = torch.mm(grad_low, weight_low)
+                    if need_embedding:
+                        grad_embedding += torch.mm(grad_low.T, h)
+                else:
+                    if need_hidden:
+                        torch.mm(grad_logits, weight, out=grad_hidden[start : start + chunk_size])
+                    if need_embedding:
+                        grad_embedding.addmm_(grad_logits.T, h)
                 if need_bias:
                     grad_bias += grad_logits.sum(0)
         ctx.save_for_backward(
@@ -199,13 +217,14 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         grad_hidden, grad_embedding, grad_bias = ctx.saved_tensors
-        need_hidden, _, need_embedding, need_bias, _ = ctx.needs_input_grad
+        need_hidden, _, need_embedding, need_bias, _, _ = ctx.needs_input_grad
         hidden_dtype, embedding_dtype, bias_dtype = ctx.dtypes
         return (
             (grad_hidden * grad_output).to(hidden_dtype) if need_hidden else None,
             None,
             (grad_embedding * grad_output).to(embedding_dtype) if need_embedding else None,
             (grad_bias * grad_output).to(bias_dtype) if need_bias else None,
+            None,
             None,
         )
 
@@ -217,7 +236,9 @@ def full_ce_loss(
     bias: torch.Tensor | None = None,
     chunk_size: int | None = None,
 ) -> torch.Tensor:
-    """Softmax CE over items 1..num_items; ``chunk_size=None`` materialises all N × items logits."""
+    """Softmax CE over items 1..num_items; ``chunk_size=None`` materialises all N × items logits.
+    Under CPU bf16 autocast the chunked loss multiplies in bfloat16 (see ``_ChunkedCrossEntropy``),
+    as autocast would if the loss were built from its ops."""
     _check(hidden, positives, embedding)
     if chunk_size is None:
         logits = hidden @ embedding.T
@@ -227,7 +248,11 @@ def full_ce_loss(
         return F.cross_entropy(logits, positives)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
-    return _ChunkedCrossEntropy.apply(hidden, positives, embedding, bias, chunk_size)
+    device = hidden.device.type
+    low = None
+    if torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16:
+        low = torch.bfloat16
+    return _ChunkedCrossEntropy.apply(hidden, positives, embedding, bias, chunk_size, low)
 
 
 LOSS_NAMES = ("bce", "sampled_softmax", "ce", "gbce")
