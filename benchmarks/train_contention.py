@@ -4,9 +4,10 @@ Another job is a bounded busy loop (``conditions.BusyCore``: a child spinning on
 started before the measured run and stopped after it). Each measured run is a fresh process
 that trains with ``train()``, in one of two settings:
 
-* **attnsvm policy**: ``attnsvm.process.configure_process()`` first, as the CLI does (threads =
-  the cores not busy elsewhere at start, glibc keeps freed memory);
-* **torch default**: nothing changed: one thread per core, OpenMP's default waiting (what
+* **attnsvm policy**: ``attnsvm.process.configure_process()`` first, as the CLI does (a short
+  OpenMP spin set before torch loads, threads = the cores not busy elsewhere at start, glibc
+  keeps freed memory);
+* **torch default**: nothing changed: one thread per core, libgomp's long default spin (what
   attnsvm's CLI did before the policy).
 
 Workloads: the demo's model (``demo_config()``: SASRec+, 1 block, d = 64, window 20, the planted
@@ -31,13 +32,13 @@ import conditions
 
 WORKER = """
 import dataclasses, json, sys, tempfile
+workload, policy, root, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+if policy == "attnsvm policy":  # first: the OpenMP spin is read when torch loads
+    from attnsvm.process import configure_process
+    configure_process()
 from attnsvm.rec.config import DataConfig, ModelChoice, RunConfig, TrainConfig, EvalConfig
 from attnsvm.rec.train.demo import demo_config
 from attnsvm.rec.train.trainer import train
-workload, policy, root, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-if policy == "attnsvm policy":
-    from attnsvm.process import configure_process
-    configure_process()
 if workload == "demo":
     config = demo_config()
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, epochs=3))
