@@ -109,3 +109,18 @@ def test_item_dropout_reaches_the_item_table_of_every_model_that_builds_one():
     for name in ("sasrec", "bert4rec", "ssept", "bsarec"):
         model = build_model(name, 20, item_dropout=0.25)
         assert model.items.table_dropout == 0.25, name
+
+
+def test_the_training_forward_traces_as_one_graph_without_breaks() -> None:
+    """``train.compile``: dynamo traces SASRec's training forward, dropout masks included,
+    as one graph (``torch._dynamo.explain`` traces without compiling, so this is fast)."""
+    from attnsvm.rec.models.sasrec import SASRec, SASRecConfig
+    from attnsvm.rec.train.loop import _compiled
+
+    _compiled(torch.nn.Identity())  # the settings train.compile uses
+    model = SASRec(50, SASRecConfig(hidden_size=16, ffn_size=16, max_len=12)).train()
+    items = torch.randint(1, 51, (4, 12))
+    items[:2, :5] = 0
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(items)
+    assert (explanation.graph_count, explanation.graph_break_count) == (1, 0)
