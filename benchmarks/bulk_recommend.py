@@ -34,6 +34,7 @@ from pathlib import Path
 import polars as pl
 import torch
 
+import conditions
 from attnsvm.rec.eval.ranking import rank_topk
 from attnsvm.rec.recommender import Recommender
 from attnsvm.rec.train.bulk import recommend_all
@@ -58,6 +59,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    conditions.report()
     torch.set_num_threads(args.threads)
 
     opened = open_run(args.run, "test")

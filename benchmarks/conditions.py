@@ -108,3 +108,15 @@ class BusyCore:
     def __exit__(self, *exc):
         self.process.kill()
         self.process.join()
+
+
+def report() -> dict:
+    """Print the conditions and the load average at the start (the head of every timing
+    benchmark's output, so a table never travels without them); returns ``machine()``."""
+    info = machine()
+    info["load_at_start"] = load()
+    print(describe(info), flush=True)
+    print(
+        f"- load average at start: {info['load_at_start']:.2f} (a claim needs it below the cores)"
+    )
+    return info

@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import conditions
+
 BATCH_SIZE = 256
 CASES = {  # name: (file under the data root, max_len, iterative core)
     "ml-1m": ("ml-1m/ml-1m_seq_origids.txt", 200, False),
@@ -301,6 +303,7 @@ def main() -> None:
     parser.add_argument("--iterative", action="store_true")
     parser.add_argument("--workdir")
     args = parser.parse_args()
+    conditions.report()
     if args.worker:
         worker(args)
         return

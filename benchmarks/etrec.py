@@ -38,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+import conditions
 import study  # a sibling script: resumable runs and paired tables
 import zoo
 from attnsvm.rec.models import LossConfig, build_model
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("model", "window", "batch_size", "repeats", "device", "threads"):
         one.add_argument(name)
     args = parser.parse_args(argv)
+    conditions.report()
     if args.command == "one":
         torch.set_num_threads(int(args.threads))
         cost = step_cost(

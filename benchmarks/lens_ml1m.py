@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+import conditions
 from attnsvm.lens.report import write_report
 
 
@@ -25,6 +26,7 @@ def main() -> None:
     parser.add_argument("--sequences", type=int, default=200)
     parser.add_argument("--out", type=Path, default=Path("/tmp/lens-ml1m"))
     args = parser.parse_args()
+    conditions.report()
     run = args.run
     if not run.is_dir() and run.with_name(run.name + ".incomplete").is_dir():
         run = run.with_name(run.name + ".incomplete")

@@ -22,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.lens.planted import planted_run
 
+import conditions
+
 FULL_SIZE = {
     "users": 3000,
     "items": 200,
@@ -38,6 +40,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path("/tmp/lens-planted"))
     args = parser.parse_args()
+    conditions.report()
     if args.out.exists():
         shutil.rmtree(args.out)
     print(f"config {FULL_SIZE}")

@@ -40,6 +40,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+import conditions
 from attnsvm.serve.server import free_port
 
 TARGET_P99_MS_AT_8 = 50.0
@@ -216,6 +217,7 @@ def main() -> None:
     parser.add_argument("--modes", default="on,off", help="micro-batching modes to run")
     parser.add_argument("--out", type=Path, help="write the table as JSON")
     args = parser.parse_args()
+    conditions.report()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     maps = json.loads((args.run / "id_maps.json").read_text())
     users = maps["users"]

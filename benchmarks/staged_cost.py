@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import conditions
 from attnsvm.rec.config import RunConfig, apply_overrides
 from attnsvm.rec.train.recipe import resolve_recipe
 from staged_common import ROOT, dataset, read_run, table
@@ -113,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=ROOT)
     parser.add_argument("--out", type=Path, default=Path("/tmp/staged-cost"))
     args = parser.parse_args(argv)
+    conditions.report()
     rows = []
     for name in args.datasets:
         data = dataset(name, args.root, args.out, args.users)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+import conditions
 from attnsvm.theory._compat import solve_official_style
 from attnsvm.theory.experiments import EXPERIMENTS, run_experiment
 from attnsvm.theory.experiments import rank as rank_experiment
@@ -256,6 +257,7 @@ def main():
     parser.add_argument("--sample", type=int, default=3, help="official seeds timed per item")
     parser.add_argument("--report", action="store_true", help="print the table of saved runs")
     args = parser.parse_args()
+    conditions.report()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.report:
         report(args.out)

@@ -39,6 +39,7 @@ from collections.abc import Callable
 
 import torch
 
+import conditions
 from reference import run_snippet
 
 BATCH, WINDOW, DIM, ITEMS = 128, 200, 64, 3416
@@ -216,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         ms = step_worker(args.step_worker == "keep", args.threads, args.repeats)
         print(json.dumps({"ms": ms}))
         return 0
+    conditions.report()
     torch.set_num_threads(args.threads)
     rows = [
         (

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+import conditions
 from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, TrainConfig
 from attnsvm.rec.data.datasets import keeps_times
 from attnsvm.rec.eval.ranking import EvalResult
@@ -408,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only", type=Path, nargs="+", help="with --partial: these run directories only"
     )
     args = parser.parse_args(argv)
+    conditions.report()
     if args.table:
         print(table(args.out))
         return 0

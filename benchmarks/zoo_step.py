@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import torch
 
+import conditions
 import zoo  # benchmarks/ is on the path of a script run from it
 from attnsvm.rec.models import matrrec
 from attnsvm.rec.train import distributed
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     args = parser.parse_args(argv)
+    conditions.report()
     torch.set_num_threads(1)
     rows = []
     for name in args.models:
