@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "theory": "theory",
     "data": "data",
     "rl": "rl",
+    "stream": "stream",
 }
 
 

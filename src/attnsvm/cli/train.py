@@ -48,6 +48,8 @@ def train_command(
     ] = None,
 ) -> None:
     """Train a model; the run directory holds config, best checkpoint, log and metrics."""
+    from attnsvm.rec.train.checkpoint import default_run_dir
+    from attnsvm.rec.train.pointwise import is_pointwise, train_pointwise
     from attnsvm.rec.train.trainer import train
 
     if recipe is not None or (resume is not None and (resume / "recipe.json").is_file()):
@@ -82,6 +84,12 @@ def train_command(
                 ),
             )
         run_config = apply_overrides(run_config, set_ or [])
+        if is_pointwise(run_config.model.name):  # judged by LogLoss / F1 / AUC, not ranking
+            folder = out_dir or default_run_dir(run_config)
+            judged = train_pointwise(run_config, folder, verbose=progress)
+            out.print(_metrics_table(f"test metrics (best epoch {judged.best_epoch})", judged.test))
+            out.print(f"results: {folder / 'pointwise.json'} ({judged.protocol})")
+            return
         result = train(run_config, out_dir, show_progress=progress)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, only the main process reports
         out.print(_metrics_table(f"test metrics (best epoch {result.best_epoch})", result.test))

@@ -24,6 +24,7 @@ from attnsvm.rec.models.etrec import ETRec, ETRecConfig
 from attnsvm.rec.models.knn import BASELINES, baseline_fields
 from attnsvm.rec.models.matrrec import MaTrRec, MaTrRecConfig
 from attnsvm.rec.models.mrtransformer import MrTransformer, MrTransformerConfig
+from attnsvm.rec.models.nstransformer import NSTransformer, NSTransformerConfig
 from attnsvm.rec.models.rlt4rec import RLT4Rec, RLT4RecConfig
 from attnsvm.rec.models.sasrec import SASRec, SASRecConfig
 from attnsvm.rec.models.sdat import SDAT, SDATConfig
@@ -58,6 +59,7 @@ MODELS: dict[str, ModelSpec] = {
     "sdat": ModelSpec(SDATConfig, SDAT, "time-interval attention bias and gain, GRU (Zang 2021)"),
     "srt": ModelSpec(SRTConfig, SRT, "ID-free item tower from item features (Zivic 2024)"),
     "rlt4rec": ModelSpec(RLT4RecConfig, RLT4Rec, "reward-conditioned (rating, item) tokens (2024)"),
+    "nstransformer": ModelSpec(NSTransformerConfig, NSTransformer, "NS-attention pointwise (2024)"),
 }
 
 
