@@ -33,7 +33,8 @@ from attnsvm.rec.models import MODELS, LossConfig, resolve
 from attnsvm.rec.models.knn import build_baseline
 from attnsvm.rec.models.registry import lookup, names
 
-SPLITS = ("leave-one-out", "temporal", "session")  # attnsvm.rec.data.splits has each one's rules
+# attnsvm.rec.data.splits has each one's rules; "predefined": the dataset's own test sessions
+SPLITS = ("leave-one-out", "temporal", "session", "predefined")
 UNSEEN_POLICIES = ("drop", "keep")
 OPTIMIZERS = ("adamw", "sam")  # "sam": AdamW inside sharpness-aware minimisation (train/sam.py)
 
@@ -51,7 +52,8 @@ class DataConfig:
     split: str = "leave-one-out"
     max_len: int | None = None  # window length; None: the model's own max_len
     # temporal: time cuts at quantiles 1 − valid − test and 1 − test of all events;
-    # session: the last test_fraction of sessions (by start) are test, valid_fraction before them
+    # session: the last test_fraction of sessions (by start) are test, valid_fraction before them;
+    # predefined: the dataset's own test file is test, the last valid_fraction of training valid
     valid_fraction: float = 0.1
     test_fraction: float = 0.1
     unseen_policy: str = "drop"  # temporal/session: drop evaluation targets unseen in training
@@ -90,12 +92,12 @@ class TrainConfig:
     patience: int = 10  # epochs without a better validation metric before stopping
     keep: str = "best"  # "best": best validation epoch, early stopping; "last": final epoch
     seed: int = 0
-    bf16: bool = False  # bfloat16 autocast for forward passes
-    compile: bool = False  # torch.compile the model for training
+    bf16: bool = False  # bfloat16 autocast: forward passes and the full CE on bf16 operands
+    compile: bool = False  # torch.compile the model for training (dynamic shapes, one graph)
     optimizer: str = "adamw"
     sam_rho: float = 0.05  # SAM neighbourhood radius ρ (with optimizer = "sam")
     steps_per_epoch: int | None = None  # cap on batches per epoch (gSASRec style); None: all
-    num_threads: int | None = None  # torch intra-op threads; None: torch's default
+    num_threads: int | None = None  # torch threads; None: the process's (attnsvm.process)
     # padding-free models: each batch runs as this many groups of rows of similar length, each
     # without the padding its rows share (the same gradient, ~30 % less work on ML-1M)
     length_groups: int = 4
@@ -257,6 +259,14 @@ def validate(config: RunConfig, source: str = "config") -> None:
         raise ConfigError(f"{source}: data.valid_fraction + data.test_fraction must be < 1")
     if data.split == "temporal" and data.valid_fraction == 0:
         raise ConfigError(f"{source}: a temporal split needs data.valid_fraction > 0")
+    if data.split == "predefined" and data.valid_fraction == 0:
+        # the validation sessions are carved from training; none would leave nothing to select on
+        raise ConfigError(f"{source}: a predefined split needs data.valid_fraction > 0")
+    if data.split == "predefined" and data.root is None:
+        raise ConfigError(
+            f"{source}: data.split = 'predefined' reads the dataset's own test file from its raw "
+            "data: set data.root (e.g. ../shared/data)"
+        )
     if "max_len" in config.model.overrides:
         raise ConfigError(f"{source}: set the window length as data.max_len, not model.max_len")
     if train.keep not in ("best", "last"):

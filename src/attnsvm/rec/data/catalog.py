@@ -15,6 +15,7 @@ from pathlib import Path
 from attnsvm.errors import UnknownName, shown
 from attnsvm.rec.data import readers
 from attnsvm.rec.data.interactions import Interactions
+from attnsvm.rec.data.srgnn import read_srgnn_pickle
 
 Reader = Callable[[str | Path, bytes | None], Interactions]
 # The readers of layouts with a time column: their tables keep event times (time-aware models,
@@ -60,6 +61,9 @@ class DatasetSpec:
     folders: tuple[str, ...] = ()  # folder names to look for under a ``root`` of raw data
     terms: str = ""
     generate: Callable[[], Interactions] | None = None  # built-in data: made, not read
+    # the dataset's own test sessions, in order of preference (``data.split = "predefined"``,
+    # ``attnsvm.rec.data.sessions``); found like ``files``, in the same folders
+    test_files: tuple[SourceFile, ...] = ()
 
 
 def _none(data: Interactions) -> Interactions:
@@ -111,19 +115,23 @@ def _as_published(
     folders: tuple[str, ...],
     terms: str,
     url: str | None = None,
+    test_files: tuple[SourceFile, ...] = (),
+    alternatives: tuple[SourceFile, ...] = (),
 ) -> DatasetSpec:
     """One file, already preprocessed where it is published, read as is. The download is that
-    file itself, so its registered sha256 is also the download's checksum."""
+    file itself, so its registered sha256 is also the download's checksum. ``alternatives``:
+    other accepted forms of the same data, read where ``file`` is absent."""
     return DatasetSpec(
         name=name,
         description=description,
-        files=(file,),
+        files=(file, *alternatives),
         preprocess=_none,
         preprocessing=preprocessing,
         url=url,
         checksum=f"sha256:{file.sha256}" if url and file.sha256 else None,
         folders=folders,
         terms=terms,
+        test_files=test_files,
     )
 
 
@@ -266,7 +274,8 @@ DATASETS: dict[str, DatasetSpec] = {
         ),
         _as_published(
             "diginetica",
-            "Diginetica (CIKM Cup 2016), SR-GNN training sessions as text, one session per line "
+            "Diginetica (CIKM Cup 2016), SR-GNN sessions as text, one session per line (its test "
+            "sessions too, for data.split = predefined) "
             "(the CIKM Cup download needs a login, so no URL)",
             SourceFile(
                 "diginetica_train_sessions.txt",
@@ -276,6 +285,25 @@ DATASETS: dict[str, DatasetSpec] = {
             "none: SR-GNN preprocessing already applied",
             folders=("diginetica",),
             terms="CIKM Cup 2016: research use",
+            alternatives=(
+                SourceFile(
+                    "all_train_seq.txt",
+                    read_srgnn_pickle,
+                    "55694865221c682aaa9df6cd5a4ddccff5de902334df5605c5767ee464e11365",
+                ),
+            ),
+            test_files=(
+                SourceFile(
+                    "diginetica_test_sessions.txt",
+                    readers.read_session_lines,
+                    "c676af9175f6f4f4484f92e26feb8f8fbe7eea950c128968b01ceddc3f51034e",
+                ),
+                SourceFile(
+                    "test.txt",
+                    read_srgnn_pickle,
+                    "b2b81f9cb22feb2174feeb3e678b9de5e41ff1653bf23cdaf9046e5404f002ff",
+                ),
+            ),
         ),
         _as_published(
             "yoochoose",
@@ -290,6 +318,13 @@ DATASETS: dict[str, DatasetSpec] = {
             folders=("yoochoose-100k", "yoochoose"),
             terms="RecSys Challenge 2015: research use",
             url=_SESSION_REC + "yoochoose-clicks-100k_train_full.txt",
+            test_files=(
+                SourceFile(
+                    "yoochoose-clicks-100k_test.txt",
+                    readers.read_session_tsv,
+                    "380410c606403531019e1ec0b4d192ef90492d594b9b5a91633b860618dd7136",
+                ),
+            ),
         ),
     )
 }

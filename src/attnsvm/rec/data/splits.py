@@ -16,6 +16,9 @@ Policies (the ones papers leave implicit):
   ``test_fraction`` are test, the ``valid_fraction`` before them validation. Every prefix of an
   evaluation session predicts its next item. ``unseen_policy="drop"`` removes clicks on items
   absent from the training sessions first and then evaluates sessions of length >= 2 (SR-GNN).
+* ``predefined_split``: a dataset's own test sessions (SR-GNN's Diginetica) evaluated like a
+  session split's, every prefix of each; validation is the last ``valid_fraction`` of the
+  training sessions. What it leaves out of the test sessions is counted in ``protocol``.
 
 ``exclude`` is the set of distinct items in ``history`` minus the row's own targets: an item
 the user consumes again stays rankable. Session splits exclude nothing (repeats are common).
@@ -223,3 +226,83 @@ def session_split(
     test = stage(order[n - n_test :])
     protocol = f"session (last {test_fraction} test, {valid_fraction} valid; {unseen_policy})"
     return _split(data, train, valid, test, protocol)
+
+
+# -- a dataset's own test sessions -----------------------------------------------------------
+
+
+def predefined_split(
+    train: Interactions,
+    test: Interactions,
+    valid_fraction: float = 0.1,
+    unseen_policy: str = "drop",
+) -> Split:
+    """A dataset's own train and test sessions (SR-GNN's Diginetica), one row per session.
+
+    Test: every prefix of every test session predicts its next item. ``unseen_policy="drop"``
+    (SR-GNN's preprocessing) removes test clicks on items absent from the training file and
+    then leaves out test sessions with fewer than 2 items; ``"keep"`` keeps the clicks and adds
+    their items to the catalogue (ranked, never trained). Both counts are in ``protocol``.
+    Validation: the last ``valid_fraction`` of the training sessions (by start time; in file
+    order without times, SR-GNN's date order), carved out of training like ``session_split``'s.
+    Test sessions get internal user ids after the training ones, so no test session is a
+    neighbour's; their external ids (``user_ids``) are the test file's own and may repeat a
+    training session's (both files count sessions from 1).
+    """
+    if not 0.0 <= valid_fraction < 1.0:
+        raise ValueError("need 0 <= valid_fraction < 1")
+    if unseen_policy not in UNSEEN_POLICIES:
+        raise ValueError(f"unseen_policy must be one of {UNSEEN_POLICIES}")
+    train_ext, test_ext = train.item_ids[1:], test.item_ids[test.item]
+    if train_ext.dtype.kind != test_ext.dtype.kind:
+        raise DataFormatError(test.source, "has item ids of another kind than the training file")
+    known = np.isin(test_ext, train_ext)
+    catalogue = train_ext if unseen_policy == "drop" else np.union1d(train_ext, test_ext)
+    seqs = train.to_sequences()
+    seqs = Sequences(
+        seqs.offsets,
+        np.searchsorted(catalogue, train_ext[train.item - 1]) + 1,
+        seqs.users,
+        seqs.times,
+    )
+    mapped = test.to_sequences()
+    mapped = Sequences(
+        mapped.offsets, np.searchsorted(catalogue, test_ext) + 1, mapped.users, mapped.times
+    )
+    kept = _keep(mapped, known) if unseen_policy == "drop" else mapped
+    long_enough = np.flatnonzero(kept.lengths >= 2)
+    sessions = kept.select(long_enough)
+    users = len(seqs) + np.arange(len(sessions), dtype=np.int64)
+    test_task = _prefix_task(Sequences(sessions.offsets, sessions.items, users, sessions.times))
+
+    n = len(seqs)
+    starts = seqs.offsets[:-1]
+    order = np.arange(n) if seqs.times is None else np.argsort(seqs.times[starts], kind="stable")
+    n_valid = round(n * valid_fraction)
+    if n - n_valid < 1:
+        raise DataFormatError(train.source, f"{n} training sessions are too few to split")
+    fit = seqs.select(np.sort(order[: n - n_valid]))
+    held = seqs.select(np.sort(order[n - n_valid :]))
+    if unseen_policy == "drop":
+        seen = np.zeros(catalogue.size + 1, dtype=bool)
+        seen[fit.items] = True
+        held = _keep(held, seen[held.items])
+    unseen = int((~known).sum())
+    protocol = (
+        f"predefined (the dataset's test sessions; last {valid_fraction} of training sessions "
+        f"valid; {unseen_policy}: {unseen} test clicks on items unseen in training "
+        f"{'dropped' if unseen_policy == 'drop' else 'kept'}, "
+        f"{len(kept) - long_enough.size} test sessions under 2 items left out)"
+    )
+    item_ids = np.concatenate([train.item_ids[:1], catalogue])
+    user_ids = np.concatenate([train.user_ids, test.user_ids[long_enough]])
+    return Split(
+        fit,
+        _prefix_task(held),
+        test_task,
+        catalogue.size,
+        n + len(sessions),
+        item_ids,
+        user_ids,
+        protocol,
+    )

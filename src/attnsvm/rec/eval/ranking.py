@@ -176,7 +176,11 @@ def trim_padding(windows: np.ndarray) -> np.ndarray:
     return windows[:, first:]
 
 
-def protocol_label(exclude_seen: bool) -> str:
+def protocol_label(exclude_seen: bool, task: EvalTask | None = None) -> str:
+    """The ranking protocol in words; a task whose exclusion lists are all empty (the session
+    protocols: repeats are common) excludes nothing, whatever ``exclude_seen`` says."""
+    if task is not None and task.exclude.items.size == 0:
+        return "full ranking, nothing excluded"
     return f"full ranking, seen items {'excluded' if exclude_seen else 'kept'}"
 
 
@@ -261,4 +265,4 @@ def evaluate(
     metrics, per_user = metrics_from_topk(
         topk, task.targets, ks, num_items=num_items, item_popularity=item_popularity
     )
-    return EvalResult(metrics, per_user, protocol_label(exclude_seen), np.asarray(task.users))
+    return EvalResult(metrics, per_user, protocol_label(exclude_seen, task), np.asarray(task.users))

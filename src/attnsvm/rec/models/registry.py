@@ -28,6 +28,7 @@ from attnsvm.rec.models.nstransformer import NSTransformer, NSTransformerConfig
 from attnsvm.rec.models.rlt4rec import RLT4Rec, RLT4RecConfig
 from attnsvm.rec.models.sasrec import SASRec, SASRecConfig
 from attnsvm.rec.models.sdat import SDAT, SDATConfig
+from attnsvm.rec.models.smm import SMM, SMMConfig
 from attnsvm.rec.models.srt import SRT, SRTConfig
 from attnsvm.rec.models.ssept import SSEPT, SSEPTConfig
 from attnsvm.rec.models.strec import STRec, STRecConfig
@@ -59,6 +60,7 @@ MODELS: dict[str, ModelSpec] = {
     "sdat": ModelSpec(SDATConfig, SDAT, "time-interval attention bias and gain, GRU (Zang 2021)"),
     "srt": ModelSpec(SRTConfig, SRT, "ID-free item tower from item features (Zivic 2024)"),
     "rlt4rec": ModelSpec(RLT4RecConfig, RLT4Rec, "reward-conditioned (rating, item) tokens (2024)"),
+    "smm": ModelSpec(SMMConfig, SMM, "masked-last over session prefixes, CoPE (Redjdal 2024)"),
     "nstransformer": ModelSpec(NSTransformerConfig, NSTransformer, "NS-attention pointwise (2024)"),
 }
 

@@ -5,7 +5,8 @@ counters, history) and runs one epoch: shuffle the objective's examples (``data/
 one optimiser step per global batch, then rank the validation users.
 
 One step: ``_prepare`` turns a batch into what the loss needs on the device (the model's cloze
-masking, negatives, the flat index of each target, the length groups), then the closure sums,
+masking, or under ``"last"`` its ``scoring_input``; negatives, the flat index of each target,
+the length groups), then the closure sums,
 per length group, the main loss (``LossConfig.compute``) and the **auxiliary losses** as shares
 of the global mean, so the gradient is the same whatever the number of groups or processes.
 
@@ -161,6 +162,10 @@ class TrainingLoop:
         inputs, targets = batch.inputs, batch.targets
         if self.model.objective == "cloze":
             inputs, targets = self.model.mask_items(inputs, generator=generator)
+        elif self.model.objective == "last":
+            # trained on what it is scored on: the last position of its scoring input (a model
+            # may append a token there, as SMM its mask token; identity for the others)
+            inputs = self.model.scoring_input(inputs)
         per_position = targets.ndim == 2
         has_target = targets != 0 if per_position else torch.ones_like(targets, dtype=torch.bool)
         if per_position and self.loss.last_targets is not None:

@@ -4,7 +4,7 @@ These are the pieces the trainer, the baselines, finished runs (``runs.py``) and
 share, so none of them imports another's internals:
 
 - ``load_split(data)``: the configured split of the configured dataset (``data.split``:
-  leave-one-out, temporal or session; see ``attnsvm.rec.data.splits`` for each one's rules).
+  leave-one-out, temporal, session or predefined; ``attnsvm.rec.data.splits`` has their rules).
 - ``build(config, split)``: the run's model, initialised from ``train.seed``. Its config is the
   one owner of the window length: ``data.max_len`` is applied here, once, and everything after
   reads ``model.config.max_len``.
@@ -34,6 +34,12 @@ def load_split(data: DataConfig) -> Split:
     """``data.dataset`` split as ``data.split`` says."""
     from attnsvm.rec.data.datasets import load_dataset
 
+    if data.split == "predefined":
+        from attnsvm.rec.data.sessions import load_predefined_split
+
+        return load_predefined_split(
+            data.dataset, data.root, data.valid_fraction, data.unseen_policy
+        )
     interactions = load_dataset(data.dataset, root=data.root, layout=data.layout())
     if data.split == "temporal":
         test_cut = 1.0 - data.test_fraction
@@ -203,4 +209,4 @@ def evaluate_scores(
     metrics, per_user = metrics_from_topk(
         topk, task.targets, ks, num_items=num_items, item_popularity=popularity
     )
-    return EvalResult(metrics, per_user, protocol_label(eval_config.exclude_seen), task.users)
+    return EvalResult(metrics, per_user, protocol_label(eval_config.exclude_seen, task), task.users)
