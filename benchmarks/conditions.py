@@ -69,6 +69,37 @@ def loaded(before: float, after: float, threads: int) -> bool:
     return max(before + threads, after) > len(os.sched_getaffinity(0)) + 0.5
 
 
+class OtherWork:
+    """The cores other processes kept busy while a measured part ran: ``/proc/stat``'s busy time
+    over the part minus this process's and its children's CPU time, over the wall time. Unlike
+    the 1-minute load average, it does not count the previous measured run's own decaying
+    load. ``with OtherWork() as other: …``, then ``other.cores`` and ``other.loaded``."""
+
+    def __enter__(self):
+        self._start = self._sample()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        busy, own, wall = (b - a for a, b in zip(self._start, self._sample(), strict=True))
+        self.cores = max(0.0, (busy - own) / wall) if wall > 0 else 0.0
+        # more than half a core of other work: some of the measured part waited for a core
+        self.loaded = self.cores > 0.5
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float]:
+        ticks = os.sysconf("SC_CLK_TCK")
+        busy = 0
+        for line in Path("/proc/stat").read_text().splitlines():
+            fields = line.split()
+            if fields[0] == "cpu":  # user nice system idle iowait irq softirq steal
+                values = [int(v) for v in fields[1:9]]
+                busy = sum(values) - values[3] - values[4]
+                break
+        mine = os.times()
+        own = mine.user + mine.system + mine.children_user + mine.children_system
+        return busy / ticks, own, time.monotonic()
+
+
 def describe(info: dict) -> str:
     """The conditions as markdown lines, for the head of a results section."""
     return "\n".join(

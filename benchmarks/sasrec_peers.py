@@ -203,7 +203,10 @@ def run_library(
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
     # cwd = the library's own folder: RecBole and Lightning write logs into the working directory
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=out, check=False)
+    with conditions.OtherWork() as other:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=env, cwd=out, check=False
+        )
     wall = time.perf_counter() - start
     (out / "stdout.log").write_text(done.stdout)
     (out / "stderr.log").write_text(done.stderr)
@@ -217,7 +220,8 @@ def run_library(
         "wall_seconds": wall,
         "load_average_before": load_before,
         "load_average_after": load_after,
-        "loaded": conditions.loaded(load_before, load_after, THREADS),
+        "other_cores": round(other.cores, 2),
+        "loaded": other.loaded,
     }
 
 
@@ -312,7 +316,8 @@ def table(results: dict[str, dict], summary: dict) -> str:
     base_eval = base["eval_seconds"] if ok(base) else None
     lines = [
         "| library | s/epoch | epochs (s) | s/epoch ÷ attnsvm | eval s (all users, top-10) "
-        "| eval ÷ attnsvm | peak RSS (MiB) | HR@10 | NDCG@10 | seen in raw top-10 | load |",
+        "| eval ÷ attnsvm | peak RSS (MiB) | HR@10 | NDCG@10 | seen in raw top-10 | load average; "
+        "other processes' cores during the run |",
         "|" + "---|" * 11,
     ]
     for name, result in results.items():
@@ -322,8 +327,10 @@ def table(results: dict[str, dict], summary: dict) -> str:
         per_epoch, how = epoch_seconds(result)
         epochs = ", ".join(f"{s:.1f}" for s in result["epoch_seconds"]) or "capped"
         epoch_ratio = f"{per_epoch / base_epoch:.2f}×" if base_epoch else "–"
-        load = f"{result['load_average_before']:.2f}→{result['load_average_after']:.2f}" + (
-            " **loaded**" if result.get("loaded") else ""
+        load = (
+            f"{result['load_average_before']:.2f}→{result['load_average_after']:.2f}, "
+            f"others {result.get('other_cores', 0):.2f} cores"
+            + (" **loaded**" if result.get("loaded") else "")
         )
         eval_ratio = f"{result['eval_seconds'] / base_eval:.2f}×" if base_eval else "–"
         lines.append(
