@@ -141,6 +141,13 @@ class MultiHeadAttention(nn.Module):
             inputs = AttentionInput(query_input, key_input, key_positions)
             self.recording.append(AttentionRecord(weights if self.record_weights else None, inputs))
 
+    def pair_bias(
+        self, q: torch.Tensor, k: torch.Tensor, keep_mask: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """The per-pair logit term the attention adds: ``bias`` as given (a subclass may add its
+        own, as CoPE its position term)."""
+        return bias
+
     def forward(
         self,
         query_input: torch.Tensor,
@@ -155,6 +162,7 @@ class MultiHeadAttention(nn.Module):
         in the window where they are a per-row subset of it; only a recording reads it. ``bias``
         and ``value_gain``: the optional per-pair terms of the module docstring."""
         q, k, v = self._project(query_input, key_input)
+        bias = self.pair_bias(q, k, keep_mask, bias)
         dropout = self.dropout if self.training else 0.0
         weights = None
         explicit = self.record_weights or value_gain is not None

@@ -21,10 +21,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from attnsvm.rec.nn.attention import MultiHeadAttention, reference_attention
+from attnsvm.rec.nn.attention import MultiHeadAttention
 
 
 class ContextualPositions(nn.Module):
@@ -65,29 +64,12 @@ class CoPEAttention(MultiHeadAttention):
         super().__init__(dim, num_heads, dropout)
         self.cope = ContextualPositions(dim // num_heads, max_positions)
 
-    def forward(
-        self,
-        query_input: torch.Tensor,
-        key_input: torch.Tensor,
-        keep_mask: torch.Tensor,
-        *,
-        key_positions: torch.Tensor | None = None,
-        bias: torch.Tensor | None = None,
-        value_gain: torch.Tensor | None = None,
+    def pair_bias(
+        self, q: torch.Tensor, k: torch.Tensor, keep_mask: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor:
-        q, k, v = self._project(query_input, key_input)
+        """The CoPE term plus ``bias``; the gates read the logits as the softmax does: bias
+        included, masked keys excluded."""
         logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if bias is not None:
             logits = logits + bias
-        # the gates read the logits as the softmax does: bias included, masked keys excluded
-        total = self.cope(q, logits, keep_mask) + (0.0 if bias is None else bias)
-        dropout = self.dropout if self.training else 0.0
-        weights = None
-        if self.record_weights or value_gain is not None or (dropout and q.device.type == "cpu"):
-            pair = {} if value_gain is None else {"value_gain": value_gain}
-            out, weights = reference_attention(q, k, v, keep_mask, dropout, bias=total, **pair)
-        else:
-            mask = total.masked_fill(~keep_mask, float("-inf"))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        self._record(weights, query_input, key_input, key_positions)
-        return self._merge(out)
+        return self.cope(q, logits, keep_mask) + (0.0 if bias is None else bias)
