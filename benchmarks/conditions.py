@@ -10,6 +10,7 @@ core, and the time is not a claim. Reproduce on an idle machine: no other jobs, 
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import platform
@@ -151,3 +152,33 @@ def report() -> dict:
         f"- load average at start: {info['load_at_start']:.2f} (a claim needs it below the cores)"
     )
     return info
+
+
+def idle_and_busy(workloads, settings, repeats: int, measure) -> dict:
+    """Every (workload, setting) idle and beside a busy core, interleaved (workload, idle then
+    busy, each setting in turn) ``repeats`` times: ``{(workload, setting, busy): [result, …]}``.
+    ``measure(workload, setting, busy)`` returns a dict with its ``"load"`` [before, after]."""
+    runs = {(w, s, b): [] for w in workloads for s in settings for b in (False, True)}
+    for _ in range(repeats):
+        for workload in workloads:
+            for busy in (False, True):
+                for setting in settings:
+                    result = measure(workload, setting, busy)
+                    runs[workload, setting, busy].append(result)
+                    state = "busy core" if busy else "idle"
+                    print(f"{workload} | {setting} | {state}: {result}", flush=True)
+    print()
+    return runs
+
+
+def load_range(results: list[dict]) -> str:
+    """The lowest and highest load average around ``results``' runs, as ``"a-b"``."""
+    loads = [value for result in results for value in result["load"]]
+    return f"{min(loads):.2f}-{max(loads):.2f}"
+
+
+def write_runs(path: str | None, info: dict, runs: dict) -> None:
+    """The runs of ``idle_and_busy`` and the conditions as JSON at ``path`` (if given)."""
+    if path:
+        serial = {" | ".join(map(str, key)): value for key, value in runs.items()}
+        Path(path).write_text(json.dumps({"conditions": info, "runs": serial}, indent=1))

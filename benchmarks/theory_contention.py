@@ -15,7 +15,6 @@ threads on a busy machine against 7-8 s single-threaded, before this policy), an
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -67,31 +66,24 @@ def main() -> None:
     print(conditions.describe(info), flush=True)
     controller = ThreadpoolController()
     modes = ("one thread (policy)", f"default threads ({info['cores']})")
-    runs = {(w, m, b): [] for w in WORKLOADS for m in modes for b in (False, True)}
-    for _ in range(args.repeats):
-        for workload, (solver, size) in WORKLOADS.items():
-            for busy in (False, True):
-                for mode in modes:
-                    result = run(solver, size, mode, busy, args.bound, controller)
-                    runs[workload, mode, busy].append(result)
-                    state = "busy core" if busy else "idle"
-                    print(f"{workload} | {mode} | {state}: {result}", flush=True)
-    print()
+    runs = conditions.idle_and_busy(
+        list(WORKLOADS),
+        modes,
+        args.repeats,
+        lambda workload, mode, busy: run(*WORKLOADS[workload], mode, busy, args.bound, controller),
+    )
     print("| workload | BLAS threads | idle (s) | one busy core (s) | busy / idle | load |")
     print("|---|---|---|---|---|---|")
     for workload in WORKLOADS:
         for mode in modes:
             idle = statistics.median(r["seconds"] for r in runs[workload, mode, False])
             busy = statistics.median(r["seconds"] for r in runs[workload, mode, True])
-            loads = [v for b in (False, True) for r in runs[workload, mode, b] for v in r["load"]]
+            both = runs[workload, mode, False] + runs[workload, mode, True]
             print(
                 f"| {workload} | {mode} | {idle:.2f} | {busy:.2f} | {busy / idle:.1f}x "
-                f"| {min(loads):.2f}-{max(loads):.2f} |"
+                f"| {conditions.load_range(both)} |"
             )
-    if args.json:
-        serial = {" | ".join(map(str, key)): value for key, value in runs.items()}
-        with open(args.json, "w") as out:
-            json.dump({"conditions": info, "runs": serial}, out, indent=1)
+    conditions.write_runs(args.json, info, runs)
 
 
 if __name__ == "__main__":

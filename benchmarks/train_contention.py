@@ -83,16 +83,12 @@ def main() -> None:
     args = parser.parse_args()
     info = conditions.machine()
     print(conditions.describe(info), flush=True)
-    runs = {(w, p, b): [] for w in WORKLOADS for p in POLICIES for b in (False, True)}
-    for _ in range(args.repeats):
-        for workload in WORKLOADS:
-            for busy in (False, True):
-                for policy in POLICIES:
-                    result = measure(workload, policy, busy, args)
-                    runs[workload, policy, busy].append(result)
-                    state = "busy core" if busy else "idle"
-                    print(f"{workload} | {policy} | {state}: {result}", flush=True)
-    print()
+    runs = conditions.idle_and_busy(
+        WORKLOADS,
+        POLICIES,
+        args.repeats,
+        lambda workload, policy, busy: measure(workload, policy, busy, args),
+    )
     print("| workload | setting | threads idle / busy | idle samples/s | one busy core | "
           "busy ÷ idle (target ≥ 0.5) | load |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
@@ -101,16 +97,12 @@ def main() -> None:
             idle, busy = runs[workload, policy, False], runs[workload, policy, True]
             idle_rate = statistics.median(r["samples_per_second"] for r in idle)
             busy_rate = statistics.median(r["samples_per_second"] for r in busy)
-            loads = [value for r in idle + busy for value in r["load"]]
             threads = f"{idle[0]['threads']} / {busy[0]['threads']}"
             print(
                 f"| {workload} | {policy} | {threads} | {idle_rate:.0f} | {busy_rate:.0f} "
-                f"| {busy_rate / idle_rate:.2f} | {min(loads):.2f}-{max(loads):.2f} |"
+                f"| {busy_rate / idle_rate:.2f} | {conditions.load_range(idle + busy)} |"
             )
-    if args.json:
-        serial = {" | ".join(map(str, key)): value for key, value in runs.items()}
-        with open(args.json, "w") as out:
-            json.dump({"conditions": info, "runs": serial}, out, indent=1)
+    conditions.write_runs(args.json, info, runs)
 
 
 if __name__ == "__main__":

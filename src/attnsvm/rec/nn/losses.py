@@ -166,10 +166,9 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         # float32 accumulation (float64 kept for reference checks), whatever autocast produced
         acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
         low = matmul_dtype if matmul_dtype is not None and acc == torch.float32 else acc
-        weight = embedding.to(acc)
-        weight_low = embedding.to(low)
+        weight = embedding.to(low)  # the bf16 path multiplies only bf16 copies
         grad_hidden = torch.empty_like(hidden, dtype=acc) if need_hidden else None
-        grad_embedding = torch.zeros_like(weight) if need_embedding else None
+        grad_embedding = torch.zeros_like(weight, dtype=acc) if need_embedding else None
         grad_bias = torch.zeros_like(bias, dtype=acc) if need_bias else None
         total = hidden.new_zeros((), dtype=acc)
         # one logits buffer reused by every chunk: fresh large allocations page-fault on CPU
@@ -180,7 +179,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
             if low == acc:
                 logits = torch.mm(h, weight.T, out=buffer[: len(h)])
             else:
-                logits = buffer[: len(h)].copy_(torch.mm(h, weight_low.T))
+                logits = buffer[: len(h)].copy_(torch.mm(h, weight.T))
             if bias is not None:
                 logits += bias.to(acc)
             logits[:, 0] = float("-inf")
@@ -195,7 +194,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
                 if low != acc:
                     grad_low = grad_logits.to(low)
                     if need_hidden:
-                        grad_hidden[start : start + chunk_size] = torch.mm(grad_low, weight_low)
+                        grad_hidden[start : start + chunk_size] = torch.mm(grad_low, weight)
                     if need_embedding:
                         grad_embedding += torch.mm(grad_low.T, h)
                 else:

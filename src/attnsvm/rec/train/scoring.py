@@ -145,9 +145,9 @@ def score_function(
 
     def score(rows: np.ndarray) -> torch.Tensor:
         windows = history.padded(max_len, rows)
-        groups = min(SCORE_LENGTH_GROUPS, len(rows) // SCORE_GROUP_ROWS)
         if not model.padding_free:
             return forward(windows, rows)
+        groups = min(SCORE_LENGTH_GROUPS, len(rows) // SCORE_GROUP_ROWS)
         if groups < 2:
             return forward(trim_padding(windows), rows)
         order = np.argsort((windows != 0).sum(axis=1), kind="stable")
