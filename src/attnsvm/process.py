@@ -4,13 +4,15 @@ is kept.
 **Waiting.** torch's OpenMP pool (GNU libgomp) keeps a finished thread spinning for work for a
 long while (``GOMP_SPINCOUNT``, 300,000 iterations by default) before it sleeps. When other
 processes want the cores, a spinning thread holds a core its sibling needs and every parallel
-region waits for the descheduled one: with other work running on the 2-core reference machine
-(load average 4.5), a 3-step SASRec+ epoch (2 threads) took 52 s against 1.7 s at one thread,
-and 1.8-2.2 s at two threads with the spin cut to 0-1,000 iterations (``OMP_WAIT_POLICY=PASSIVE``
-is 0). Not spinning at all costs small models on an idle machine (the demo's model: 1,700
-samples/s against 5,700), so the CLI sets a short spin, ``SPIN_COUNT`` iterations, unless the
-user set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``. libgomp reads it once, when torch loads it,
-so it only takes effect when set before ``import torch``.
+region waits for the descheduled one. Beside one busy core, SASRec+ on ML-1M trained at 161
+samples/s with torch's defaults against 561 idle (``benchmarks/train_contention.py``); in ad-hoc
+runs with more work around (load average 4.5) a 3-step epoch at 2 threads took 52 s against
+1.7 s at one thread, and 1.8-2.2 s at two threads with the spin cut to 0-1,000 iterations
+(``OMP_WAIT_POLICY=PASSIVE`` is 0). Not spinning at all costs small models on an idle machine
+(ad hoc: the demo's model at 1,700 samples/s against 5,700), so the CLI sets a short spin,
+``SPIN_COUNT`` iterations, unless the user set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``.
+libgomp reads it once, when torch loads it, so it only takes effect when set before
+``import torch``.
 
 **Thread count.** The cores this process may use minus the cores other processes kept busy
 over a short sample of ``/proc/stat`` at start-up (``OMP_NUM_THREADS`` or ``train.num_threads``
