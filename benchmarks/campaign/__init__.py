@@ -1,0 +1,1 @@
+"""The reproduction campaign (``python benchmarks/campaign --help``)."""

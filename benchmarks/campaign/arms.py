@@ -1,0 +1,126 @@
+"""What a campaign arm is and how its runs are made, cached and read.
+
+An *arm* is one trained system under one setting (``ml-100k/sdat-no-gru``): a function of the
+seed that trains (or plays) it in its own folder and returns its metrics. Arms are shared by the
+claims that name them, so a run is made once per seed whatever number of claims compare it. The
+:class:`Workspace` caches each finished arm as ``WORK/arms/<key>/seed<N>.json`` (metrics, epochs,
+the CPU seconds it cost), and an interrupted arm resumes from its run folder (the trainer's own
+resume point).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnsvm.rec.config import RunConfig
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an arm's run gave: metric name → value, and the epochs it trained."""
+
+    metrics: dict[str, float]
+    epochs: int
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A system under one setting, trained by ``make(seed, workspace) → Outcome``.
+
+    ``system`` is the registry name of what is trained (``sam`` for the SAM-trained arm, ``crr``
+    for CRR's stage 2, ``popularity`` for a non-neural policy).
+    """
+
+    key: str
+    system: str
+    make: Callable[[int, Workspace], Outcome] = field(compare=False, repr=False)
+    needs: tuple[str, ...] = ()  # arms whose runs this one starts from (a stage-1 run)
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its finished children so far."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class Workspace:
+    """The campaign's work folder: arm results cached by (key, seed), run folders beside them."""
+
+    def __init__(self, root: Path, arms: dict[str, Arm]) -> None:
+        self.root = Path(root)
+        self.arms = arms
+
+    def folder(self, key: str, seed: int) -> Path:
+        """Where arm ``key`` keeps its run(s) for ``seed``."""
+        return self.root / "runs" / key / f"seed{seed}"
+
+    def _record(self, key: str, seed: int) -> Path:
+        return self.root / "arms" / key / f"seed{seed}.json"
+
+    def done(self, key: str, seed: int) -> bool:
+        return self._record(key, seed).is_file()
+
+    def result(self, key: str, seed: int) -> dict[str, Any]:
+        """The arm's record, made first when missing: ``metrics``, ``epochs``, ``cpu_seconds``."""
+        record = self._record(key, seed)
+        if record.is_file():
+            return json.loads(record.read_text())
+        arm = self.arms[key]
+        start = cpu_seconds()
+        outcome = arm.make(seed, self)
+        data = {
+            "key": key,
+            "system": arm.system,
+            "seed": seed,
+            "metrics": {name: float(value) for name, value in outcome.metrics.items()},
+            "epochs": int(outcome.epochs),
+            # cached dependencies (a stage-1 run another arm made) are not counted again
+            "cpu_seconds": round(cpu_seconds() - start, 1),
+        }
+        record.parent.mkdir(parents=True, exist_ok=True)
+        partial = record.with_suffix(".tmp")
+        partial.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(partial, record)
+        return data
+
+
+def fresh(folder: Path) -> bool:
+    """Whether ``folder`` must be made; a leftover interrupted work folder is removed."""
+    shutil.rmtree(folder.with_name(folder.name + ".incomplete"), ignore_errors=True)
+    return not folder.is_dir()
+
+
+def trained(key: str, system: str, config: Callable[[int], RunConfig]) -> Arm:
+    """An arm trained by the library's ``train`` from ``config(seed)``, read from its test
+    metrics (leave-one-out or temporal, full ranking: whatever the config says)."""
+
+    def make(seed: int, space: Workspace) -> Outcome:
+        run = train_run(config(seed), space.folder(key, seed) / "run")
+        return read_run(run)
+
+    return Arm(key, system, make)
+
+
+def train_run(config: RunConfig, path: Path) -> Path:
+    """Train ``config`` into ``path``: skipped when finished, resumed when interrupted."""
+    from attnsvm.rec.train.checkpoint import RunDirectory
+    from attnsvm.rec.train.trainer import train
+
+    if not path.is_dir():
+        resume = (RunDirectory(path).partial / "resume.pt").exists()
+        train(config, path, resume=resume, show_progress=False)
+    return path
+
+
+def read_run(run: Path) -> Outcome:
+    """A finished run's test metrics (``HR@10``, ``NDCG@10``, …) and epoch count."""
+    metrics = json.loads((run / "metrics.json").read_text())
+    return Outcome({k: float(v) for k, v in metrics["test"].items()}, int(metrics["epochs"]))

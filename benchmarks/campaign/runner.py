@@ -1,0 +1,280 @@
+"""Running cells: one cell in this process, or the pending ones side by side under a budget.
+
+A finished cell appends one row per (arm, metric) to the results CSV, under a file lock and only
+if no other process wrote that cell first, so rerunning a finished cell does nothing. The
+scheduler starts each cell as a child process at the lowest priority (``nice 19``) with one
+thread, lists the pending cells afresh before every start (cells added to the manifest while it
+runs are picked up), never runs two cells that would train the same arm at once, starts no cell
+whose estimate exceeds the time left, and at the budget terminates what still runs: those arms
+resume from their run folders next time.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from campaign.arms import Arm, Workspace
+from campaign.claims import Claim
+
+COLUMNS = (
+    "system",
+    "claim",
+    "dataset",
+    "arm",
+    "role",
+    "seed",
+    "metric",
+    "value",
+    "epochs",
+    "cpu_seconds",
+    "commit",
+    "finished_at",
+)
+CAMPAIGN = Path(__file__).resolve().parent
+REPO = CAMPAIGN.parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "campaign.csv"
+ONE_THREAD = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    claim: str
+    seed: int
+    minutes: float
+    priority: int
+    arms: tuple[str, ...]  # every arm the cell may train, dependencies included
+
+    def name(self) -> str:
+        return f"{self.claim}-seed{self.seed}"
+
+
+def read_rows(results: Path) -> list[dict[str, str]]:
+    if not results.is_file():
+        return []
+    with results.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def finished_cells(results: Path) -> set[tuple[str, int]]:
+    return {(row["claim"], int(row["seed"])) for row in read_rows(results)}
+
+
+def arm_closure(keys: list[str], arms: dict[str, Arm]) -> tuple[str, ...]:
+    seen: list[str] = []
+    while keys:
+        key = keys.pop()
+        if key not in seen:
+            seen.append(key)
+            keys.extend(arms[key].needs)
+    return tuple(sorted(seen))
+
+
+def pending(claims: list[Claim], arms: dict[str, Arm], results: Path) -> list[Cell]:
+    """Cells without rows in ``results``, by priority, then cheapest first, then seed."""
+    done = finished_cells(results)
+    cells = [
+        Cell(
+            claim.id,
+            seed,
+            claim.minutes,
+            claim.priority,
+            arm_closure([claim.system_arm, claim.baseline_arm], arms),
+        )
+        for claim in claims
+        for seed in claim.seeds
+        if (claim.id, seed) not in done
+    ]
+    return sorted(cells, key=lambda c: (c.priority, c.minutes, c.seed, c.claim))
+
+
+def code_version(tree: Path = REPO) -> str:
+    """The commit the cell's code comes from, ``+dirty`` when its sources differ from it."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(tree), "status", "--porcelain", "--", "src", "benchmarks"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    dirty_sources = [line for line in dirty.splitlines() if "benchmarks/results/" not in line]
+    return commit + ("+dirty" if dirty_sources else "")
+
+
+def run_cell(
+    claim: Claim, seed: int, arms: dict[str, Arm], work: Path, results: Path
+) -> list[dict]:
+    """Train both arms of ``claim`` for ``seed`` (cached arms are reused) and append the rows;
+    returns the rows written (none if another process finished the cell first)."""
+    space = Workspace(work, arms)
+    records = {
+        "baseline": space.result(claim.baseline_arm, seed),
+        "system": space.result(claim.system_arm, seed),
+    }
+    commit, now = code_version(), datetime.now(UTC).isoformat(timespec="seconds")
+    rows = [
+        {
+            "system": record["system"],
+            "claim": claim.id,
+            "dataset": claim.dataset,
+            "arm": record["key"],
+            "role": role,
+            "seed": seed,
+            "metric": metric,
+            "value": repr(value),
+            "epochs": record["epochs"],
+            "cpu_seconds": record["cpu_seconds"],
+            "commit": commit,
+            "finished_at": now,
+        }
+        for role, record in records.items()
+        for metric, value in sorted(record["metrics"].items())
+    ]
+    return append_rows(results, claim.id, seed, rows)
+
+
+def append_rows(results: Path, claim: str, seed: int, rows: list[dict]) -> list[dict]:
+    results.parent.mkdir(parents=True, exist_ok=True)
+    with open(results.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (claim, seed) in finished_cells(results):
+            return []
+        new = not results.is_file() or results.stat().st_size == 0
+        with results.open("a", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
+            if new:
+                writer.writeheader()
+            writer.writerows(rows)
+            handle.flush()
+            os.fsync(handle.fileno())
+    return rows
+
+
+def _lowest_priority() -> None:
+    os.setpgrp()  # its own process group: the budget stops the cell and whatever it started
+    os.nice(19)
+
+
+def schedule(
+    cores: int,
+    budget_seconds: float,
+    work: Path,
+    results: Path,
+    only: list[str] | None = None,
+    *,
+    poll_seconds: float = 5.0,
+    log=print,
+) -> list[tuple[str, int]]:
+    """Run pending cells, ``cores`` at a time, until none is left or the budget is spent;
+    returns ``(cell name, exit code)`` of every cell started."""
+    deadline = time.monotonic() + budget_seconds
+    running: dict[subprocess.Popen, Cell] = {}
+    started: list[tuple[str, int]] = []
+    failed: set[str] = set()
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    try:
+        while True:
+            for process, cell in list(running.items()):
+                if process.poll() is not None:
+                    del running[process]
+                    started.append((cell.name(), process.returncode))
+                    if process.returncode != 0:
+                        failed.add(cell.name())
+                    log(f"{_clock()} finished {cell.name()} (exit {process.returncode})")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log(f"{_clock()} budget spent; stopping {len(running)} running cell(s)")
+                break
+            if len(running) < cores:
+                busy = {arm for cell in running.values() for arm in cell.arms}
+                candidates = [
+                    cell
+                    for cell in list_pending(results, only)
+                    if cell.name() not in failed
+                    and cell.name() not in {c.name() for c in running.values()}
+                ]
+                startable = [c for c in candidates if not busy.intersection(c.arms)]
+                fitting = [c for c in startable if c.minutes * 60 <= left]
+                if fitting:
+                    cell = fitting[0]
+                    running[launch(cell, work, results)] = cell
+                    log(f"{_clock()} started {cell.name()} (≈ {cell.minutes:g} CPU-min)")
+                    continue
+                if not running and not startable:
+                    log(f"{_clock()} nothing left to start ({len(candidates)} pending)")
+                    break
+                if not running:
+                    log(f"{_clock()} no pending cell fits the {left / 60:.0f} min left")
+                    break
+            time.sleep(poll_seconds)
+    finally:
+        for process in running:
+            stop(process)
+        for process, cell in running.items():
+            started.append((cell.name(), process.wait()))
+    return started
+
+
+def list_pending(results: Path, only: list[str] | None) -> list[Cell]:
+    """The pending cells as a fresh process reads the manifest now."""
+    command = [sys.executable, str(CAMPAIGN), "pending", "--json", "--results", str(results)]
+    for claim in only or []:
+        command += ["--only", claim]
+    listing = subprocess.run(command, capture_output=True, text=True, env=_env())
+    if listing.returncode != 0:
+        raise RuntimeError(f"listing the pending cells failed:\n{listing.stderr}")
+    return [Cell(**{**c, "arms": tuple(c["arms"])}) for c in json.loads(listing.stdout)]
+
+
+def launch(cell: Cell, work: Path, results: Path) -> subprocess.Popen:
+    log = (work / "logs" / f"{cell.name()}.log").open("a")
+    command = [sys.executable, str(CAMPAIGN), "cell", cell.claim, str(cell.seed)]
+    command += ["--work", str(work), "--results", str(results)]
+    return subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=_env(),
+        preexec_fn=_lowest_priority,
+    )
+
+
+def stop(process: subprocess.Popen, grace: float = 20.0) -> None:
+    """Terminate a cell's process group, killing it if it outlives ``grace`` seconds."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, **ONE_THREAD}
+
+
+def _clock() -> str:
+    return datetime.now(UTC).strftime("%H:%M:%S")
