@@ -15,6 +15,7 @@ while timings are taken elsewhere, and ``kill -CONT`` it after.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import sys
@@ -55,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("--results", type=Path, default=runner.RESULTS)
         sub.add_argument("--work", type=Path, default=DEFAULT_WORK)
         sub.add_argument("--only", action="append", help="claim id (repeatable)")
+        sub.add_argument("--manifest", default=runner.MANIFEST, help="module of ARMS and CLAIMS")
     args = parser.parse_args(argv)
-
-    from campaign import manifest
+    manifest = importlib.import_module(args.manifest)
 
     claims = [c for c in manifest.CLAIMS if not args.only or c.id in args.only]
     if args.only and len(claims) != len(set(args.only)):
@@ -66,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         if args.cores < 1:
             parser.error("--cores must be at least 1")
-        started = runner.schedule(args.cores, args.budget, args.work, args.results, args.only)
+        started = runner.schedule(
+            args.cores, args.budget, args.work, args.results, args.only, manifest=args.manifest
+        )
         print(f"{len(started)} cell(s) started; {sum(rc == 0 for _, rc in started)} finished")
         return 0
     if args.command == "cell":

@@ -130,7 +130,9 @@ def forest(claims: list[Claim], rows: list[dict[str, str]], path: Path = FIGURE)
     return path
 
 
-def publish(claims: list[Claim], rows: list[dict[str, str]], targets=TARGETS) -> None:
+def publish(
+    claims: list[Claim], rows: list[dict[str, str]], targets=TARGETS, figure: Path = FIGURE
+) -> None:
     """The table between the markers of every target file; the forest plot beside the CSV."""
     text = table(claims, rows)
     for target in targets:
@@ -142,4 +144,4 @@ def publish(claims: list[Claim], rows: list[dict[str, str]], targets=TARGETS) ->
         partial = target.with_suffix(target.suffix + ".tmp")
         partial.write_text(f"{head}{START}\n{text}\n{END}{tail}")
         os.replace(partial, target)
-    forest(claims, rows)
+    forest(claims, rows, figure)

@@ -44,6 +44,7 @@ COLUMNS = (
 CAMPAIGN = Path(__file__).resolve().parent
 REPO = CAMPAIGN.parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "campaign.csv"
+MANIFEST = "campaign.manifest"  # a module with ARMS and CLAIMS; tests pass a tiny one
 # the evaluator's other cut-offs and diagnostics stay in the run folders, not in the CSV
 UNREPORTED = re.compile(r"^(?:(?:HR|NDCG|MRR)@5|(?:Recall|coverage|popularity)@\d+)$")
 ONE_THREAD = {
@@ -188,6 +189,7 @@ def schedule(
     results: Path,
     only: list[str] | None = None,
     *,
+    manifest: str = MANIFEST,
     poll_seconds: float = 5.0,
     log=print,
 ) -> list[tuple[str, int]]:
@@ -215,7 +217,7 @@ def schedule(
                 busy = {arm for cell in running.values() for arm in cell.arms}
                 candidates = [
                     cell
-                    for cell in list_pending(results, only)
+                    for cell in list_pending(results, only, manifest)
                     if cell.name() not in failed
                     and cell.name() not in {c.name() for c in running.values()}
                 ]
@@ -223,7 +225,7 @@ def schedule(
                 fitting = [c for c in startable if c.minutes * 60 <= left]
                 if fitting:
                     cell = fitting[0]
-                    running[launch(cell, work, results)] = cell
+                    running[launch(cell, work, results, manifest)] = cell
                     log(f"{_clock()} started {cell.name()} (≈ {cell.minutes:g} CPU-min)")
                     continue
                 if not running and not startable:
@@ -241,9 +243,13 @@ def schedule(
     return started
 
 
-def list_pending(results: Path, only: list[str] | None) -> list[Cell]:
+def _command(manifest: str, *words: str) -> list[str]:
+    return [sys.executable, str(CAMPAIGN), *words, "--manifest", manifest]
+
+
+def list_pending(results: Path, only: list[str] | None, manifest: str = MANIFEST) -> list[Cell]:
     """The pending cells as a fresh process reads the manifest now."""
-    command = [sys.executable, str(CAMPAIGN), "pending", "--json", "--results", str(results)]
+    command = _command(manifest, "pending", "--json", "--results", str(results))
     for claim in only or []:
         command += ["--only", claim]
     listing = subprocess.run(command, capture_output=True, text=True, env=_env())
@@ -252,9 +258,9 @@ def list_pending(results: Path, only: list[str] | None) -> list[Cell]:
     return [Cell(**{**c, "arms": tuple(c["arms"])}) for c in json.loads(listing.stdout)]
 
 
-def launch(cell: Cell, work: Path, results: Path) -> subprocess.Popen:
+def launch(cell: Cell, work: Path, results: Path, manifest: str = MANIFEST) -> subprocess.Popen:
     log = (work / "logs" / f"{cell.name()}.log").open("a")
-    command = [sys.executable, str(CAMPAIGN), "cell", cell.claim, str(cell.seed)]
+    command = _command(manifest, "cell", cell.claim, str(cell.seed))
     command += ["--work", str(work), "--results", str(results)]
     return subprocess.Popen(
         command,

@@ -1,0 +1,200 @@
+"""The reproduction campaign (``benchmarks/campaign``) on tiny cells: verdicts that cannot
+certify noise, cells that run once, arms shared and cached, a scheduler that keeps its budget."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+from campaign import claims as claims_module  # noqa: E402
+from campaign import report, runner  # noqa: E402
+from campaign.arms import Arm, Outcome  # noqa: E402
+from campaign.claims import Claim, compare_seeds  # noqa: E402
+
+
+def test_verdict_needs_three_seeds_and_an_interval_clear_of_zero() -> None:
+    clear = compare_seeds([1.10, 1.11, 1.12], [1.0, 1.0, 1.0])
+    assert clear.verdict == "supported" and clear.better == 3
+    assert compare_seeds([1.10, 1.11], [1.0, 1.0]).verdict == "not shown"  # two seeds
+    # the p = 0.78 kind of "success": a mean on the right side, an interval across zero
+    noisy = compare_seeds([1.05, 0.97, 1.01], [1.0, 1.0, 1.0])
+    assert noisy.relative > 0 and noisy.low < 0 < noisy.high
+    assert noisy.verdict == "not shown"
+    assert compare_seeds([0.90, 0.89, 0.91], [1.0, 1.0, 1.0]).verdict == "contradicted"
+
+
+def test_interval_is_the_t_interval_of_the_relative_differences() -> None:
+    system, baseline = [0.31, 0.29, 0.33, 0.30], [0.28, 0.285, 0.30, 0.27]
+    relative = [(s - b) / b for s, b in zip(system, baseline, strict=True)]
+    mean = sum(relative) / 4
+    sem = stats.sem(relative)
+    low, high = stats.t.interval(0.95, 3, loc=mean, scale=sem)
+    result = compare_seeds(system, baseline)
+    assert math.isclose(result.relative, mean, rel_tol=1e-12)
+    assert math.isclose(result.low, low, rel_tol=1e-9)
+    assert math.isclose(result.high, high, rel_tol=1e-9)
+
+
+def test_direction_and_margin() -> None:
+    lower_is_better = compare_seeds([0.60, 0.61, 0.59], [0.65, 0.65, 0.65], direction=-1)
+    assert lower_is_better.verdict == "supported" and lower_is_better.better == 3
+    # 2 % worse, tightly: not an improvement, but within a 5 % non-inferiority margin
+    worse = [0.980, 0.981, 0.979]
+    assert compare_seeds(worse, [1.0] * 3).verdict == "contradicted"
+    assert compare_seeds(worse, [1.0] * 3, margin=0.05).verdict == "supported"
+    assert compare_seeds([0.90, 0.91, 0.89], [1.0] * 3, margin=0.05).verdict == "contradicted"
+
+
+def test_a_cell_over_the_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match="90"):
+        Claim(
+            "big", "x", "c", "d", "p", "a", "b", "m", minutes=claims_module.CELL_LIMIT_MINUTES + 1
+        )
+
+
+def _arms(calls: list[str]) -> dict[str, Arm]:
+    def arm(key: str, value: float, needs: tuple[str, ...] = ()) -> Arm:
+        def make(seed: int, space) -> Outcome:
+            for need in needs:
+                space.result(need, seed)
+            calls.append(f"{key}-{seed}")
+            return Outcome({"NDCG@10": value + seed / 100, "NDCG@5": 0.0}, 3)
+
+        return Arm(key, "tiny", make, needs=needs)
+
+    return {a.key: a for a in (arm("base", 0.1), arm("stage1", 0.2), arm("sys", 0.3, ("stage1",)))}
+
+
+def _claim(**changes) -> Claim:
+    fields = dict(
+        id="tiny-claim",
+        system="tiny",
+        claim="c",
+        dataset="d",
+        protocol="p",
+        system_arm="sys",
+        baseline_arm="base",
+        metric="NDCG@10",
+        minutes=1,
+    )
+    return Claim(**{**fields, **changes})
+
+
+def test_a_cell_writes_its_rows_once_and_shares_cached_arms(tmp_path: Path) -> None:
+    calls: list[str] = []
+    arms, results = _arms(calls), tmp_path / "campaign.csv"
+    rows = runner.run_cell(_claim(), 0, arms, tmp_path / "work", results)
+    assert sorted(calls) == ["base-0", "stage1-0", "sys-0"]
+    assert {(r["arm"], r["role"], r["metric"]) for r in rows} == {
+        ("base", "baseline", "NDCG@10"),
+        ("sys", "system", "NDCG@10"),
+    }  # NDCG@5 is not a reported cut-off
+    assert runner.run_cell(_claim(), 0, arms, tmp_path / "work", results) == []
+    # a second claim over the same arms trains nothing again
+    runner.run_cell(_claim(id="other"), 0, arms, tmp_path / "work", results)
+    assert len(calls) == 3
+    written = list(csv.DictReader(results.open()))
+    assert len(written) == 4 and set(written[0]) == set(runner.COLUMNS)
+    assert all(float(r["cpu_seconds"]) >= 0 and r["epochs"] == "3" for r in written)
+
+
+def test_pending_cells_by_priority_then_cost_without_finished_ones(tmp_path: Path) -> None:
+    arms, results = _arms([]), tmp_path / "campaign.csv"
+    claims = [
+        _claim(id="dear", minutes=50, priority=1, seeds=(0,)),
+        _claim(id="cheap", minutes=5, priority=1, seeds=(0, 1)),
+        _claim(id="first", minutes=80, priority=0, seeds=(0,)),
+    ]
+    runner.run_cell(claims[1], 0, arms, tmp_path / "work", results)
+    cells = runner.pending(claims, arms, results)
+    assert [c.name() for c in cells] == ["first-seed0", "cheap-seed1", "dear-seed0"]
+    assert cells[0].arms == ("base", "stage1", "sys")  # the dependency counts as the cell's
+
+
+def test_report_table_and_forest_plot(tmp_path: Path) -> None:
+    arms, results = _arms([]), tmp_path / "campaign.csv"
+    claim = _claim(paper="+5 %")
+    for seed in (0, 1, 2):
+        runner.run_cell(claim, seed, arms, tmp_path / "work", results)
+    rows = runner.read_rows(results)
+    text = report.table([claim, _claim(id="queued")], rows)
+    assert "**supported**" in text and "3/3" in text and "+5 %" in text
+    assert "Queued, no seed finished yet: `queued`" in text
+    target = tmp_path / "RESULTS.md"
+    target.write_text(f"before\n{report.START}\nold\n{report.END}\nafter\n")
+    report.publish([claim], rows, targets=(target,), figure=tmp_path / "campaign.svg")
+    content = target.read_text()
+    assert content.startswith("before\n") and content.endswith("after\n") and "old" not in content
+    assert (tmp_path / "campaign.svg").read_text().count("<svg") == 1
+
+
+TINY_MANIFEST = """
+import time
+from campaign.arms import Arm, Outcome
+from campaign.claims import Claim
+
+def _make(value, sleep):
+    def make(seed, space):
+        time.sleep(sleep)
+        return Outcome({"NDCG@10": value}, 1)
+    return make
+
+ARMS = {
+    "quick-a": Arm("quick-a", "tiny", _make(0.2, 0)),
+    "quick-b": Arm("quick-b", "tiny", _make(0.1, 0)),
+    "slow": Arm("slow", "tiny", _make(0.3, 600)),
+}
+def _claim(id, system_arm, priority, minutes):
+    return Claim(id, "tiny", "c", "d", "p", system_arm, "quick-b", "NDCG@10", minutes=minutes,
+                 priority=priority, seeds=(0,))
+CLAIMS = [_claim("quick", "quick-a", 0, 0.01), _claim("slow", "slow", 1, 0.02)]
+"""
+
+
+def test_scheduler_runs_cells_in_children_and_stops_at_the_budget(tmp_path: Path) -> None:
+    (tmp_path / "tiny_manifest.py").write_text(textwrap.dedent(TINY_MANIFEST))
+    results, work = tmp_path / "campaign.csv", tmp_path / "work"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(BENCHMARKS)])}
+    command = [sys.executable, str(BENCHMARKS / "campaign"), "run", "--cores", "1"]
+    command += ["--budget", "0.25m", "--manifest", "tiny_manifest"]
+    command += ["--work", str(work), "--results", str(results)]
+    start = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - start < 90  # the 600 s cell was stopped at the 15 s budget
+    assert "budget spent" in done.stdout
+    assert runner.finished_cells(results) == {("quick", 0)}
+    log = (work / "logs" / "quick-seed0.log").read_text()
+    assert "1 row(s)" not in log and "2 row(s) written" in log
+    # the stopped cell left no rows, and a rerun of the finished one does nothing
+    listing = subprocess.run(
+        [*command[:2], "pending", "--manifest", "tiny_manifest", "--results", str(results)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert listing.stdout.split()[0] == "slow-seed0"
+
+
+def test_duration_parsing() -> None:
+    sys.path.insert(0, str(BENCHMARKS / "campaign"))
+    from importlib import import_module
+
+    main = import_module("campaign.__main__")
+    assert main.duration("90m") == 5400 and main.duration("1h30m") == 5400
+    assert main.duration("2h") == 7200 and main.duration("45") == 2700
+    with pytest.raises(Exception, match="duration"):
+        main.duration("soon")
