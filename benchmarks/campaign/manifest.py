@@ -233,7 +233,9 @@ def nst_arm(dataset: str, variant: str, patience: int = 5) -> Arm:
     def make(seed: int, space: Workspace) -> Outcome:
         from attnsvm.rec.train.pointwise import train_pointwise
 
-        result = train_pointwise(nonstationary.run_config(dataset, variant, seed, args))
+        # the folder keeps the best weights for the per-event analysis (nonstationary_why.py)
+        out = space.folder(key, seed) / "run"
+        result = train_pointwise(nonstationary.run_config(dataset, variant, seed, args), out)
         metrics = {name: float(result.test[name]) for name in nonstationary.METRICS}
         return Outcome(metrics, int(result.best_epoch))
 
