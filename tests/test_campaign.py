@@ -198,3 +198,36 @@ def test_duration_parsing() -> None:
     assert main.duration("2h") == 7200 and main.duration("45") == 2700
     with pytest.raises(Exception, match="duration"):
         main.duration("soon")
+
+
+def test_a_sliced_arm_resumes_and_adds_up_its_cpu(tmp_path: Path) -> None:
+    from campaign.arms import SliceLimit, SliceSpent, Workspace
+
+    attempts: list[int] = []
+
+    def make(seed: int, space) -> Outcome:
+        attempts.append(seed)
+        busy = time.process_time() + 0.05
+        while time.process_time() < busy:  # some CPU in each slice
+            pass
+        if len(attempts) == 1:
+            raise SliceSpent("slice spent after epoch 1")
+        return Outcome({"NDCG@10": 0.5}, 7)
+
+    arms = {"long": Arm("long", "tiny", make), "base": _arms([])["base"]}
+    claim = _claim(system_arm="long")
+    with pytest.raises(SliceSpent):
+        runner.run_cell(claim, 0, arms, tmp_path / "work", tmp_path / "campaign.csv")
+    assert not (tmp_path / "campaign.csv").exists()  # a spent slice writes no rows
+    rows = runner.run_cell(claim, 0, arms, tmp_path / "work", tmp_path / "campaign.csv")
+    long = next(r for r in rows if r["arm"] == "long")
+    assert attempts == [0, 0] and long["epochs"] == 7
+    assert long["cpu_seconds"] >= 0.09  # both slices' CPU, not the last one's alone
+    assert Workspace(tmp_path / "work", arms).done("long", 0)
+
+    class State:
+        run_dir, epoch = tmp_path, 3
+
+    SliceLimit(minutes=60).on_epoch_end(State())  # within its slice: nothing happens
+    with pytest.raises(SliceSpent, match="after epoch 3"):
+        SliceLimit(minutes=0).on_epoch_end(State())

@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the sibling scripts
 
 from campaign import runner
+from campaign.arms import SliceSpent
 
 DEFAULT_WORK = runner.REPO / "runs" / "campaign"
 
@@ -76,7 +77,13 @@ def main(argv: list[str] | None = None) -> int:
         by_id = {c.id: c for c in claims}
         if args.claim not in by_id:
             parser.error(f"unknown claim {args.claim!r}")
-        rows = runner.run_cell(by_id[args.claim], args.seed, manifest.ARMS, args.work, args.results)
+        try:
+            rows = runner.run_cell(
+                by_id[args.claim], args.seed, manifest.ARMS, args.work, args.results
+            )
+        except SliceSpent as spent:
+            print(f"{spent}; the next cell resumes it")
+            return runner.SLICE_SPENT
         print(f"{args.claim} seed {args.seed}: {len(rows)} row(s) written to {args.results}")
         return 0
     if args.command == "pending":

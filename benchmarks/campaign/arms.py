@@ -6,6 +6,11 @@ claims that name them, so a run is made once per seed whatever number of claims 
 :class:`Workspace` caches each finished arm as ``WORK/arms/<key>/seed<N>.json`` (metrics, epochs,
 the CPU seconds it cost), and an interrupted arm resumes from its run folder (the trainer's own
 resume point).
+
+A run longer than a cell (gSASRec's patience-200 run) is trained in *slices*: the arm stops
+after the epoch that spends its slice of CPU (:class:`SliceLimit`), the cell ends without rows
+(:class:`SliceSpent`), and the next cell resumes the run where it stopped; the CPU seconds of
+every slice add up in the arm's record.
 """
 
 from __future__ import annotations
@@ -44,6 +49,22 @@ class Arm:
     needs: tuple[str, ...] = ()  # arms whose runs this one starts from (a stage-1 run)
 
 
+class SliceSpent(Exception):
+    """A sliced arm used its cell's CPU; its run resumes from its last epoch in the next cell."""
+
+
+class SliceLimit:
+    """Trainer callback: stop after the epoch that spends ``minutes`` of this process's CPU
+    (the run's resume point is written before the callbacks run)."""
+
+    def __init__(self, minutes: float) -> None:
+        self.deadline = cpu_seconds() + minutes * 60
+
+    def on_epoch_end(self, state) -> None:
+        if cpu_seconds() >= self.deadline:
+            raise SliceSpent(f"{state.run_dir}: slice spent after epoch {state.epoch}")
+
+
 def cpu_seconds() -> float:
     """User + system CPU seconds of this process and its finished children so far."""
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -68,14 +89,24 @@ class Workspace:
     def done(self, key: str, seed: int) -> bool:
         return self._record(key, seed).is_file()
 
+    def _spent(self, key: str, seed: int) -> Path:
+        return self._record(key, seed).with_suffix(".slices")
+
     def result(self, key: str, seed: int) -> dict[str, Any]:
         """The arm's record, made first when missing: ``metrics``, ``epochs``, ``cpu_seconds``."""
         record = self._record(key, seed)
         if record.is_file():
             return json.loads(record.read_text())
         arm = self.arms[key]
+        spent = self._spent(key, seed)
+        earlier = float(spent.read_text()) if spent.is_file() else 0.0
         start = cpu_seconds()
-        outcome = arm.make(seed, self)
+        try:
+            outcome = arm.make(seed, self)
+        except SliceSpent:
+            spent.parent.mkdir(parents=True, exist_ok=True)
+            spent.write_text(f"{earlier + cpu_seconds() - start:.1f}\n")
+            raise
         data = {
             "key": key,
             "system": arm.system,
@@ -83,7 +114,7 @@ class Workspace:
             "metrics": {name: float(value) for name, value in outcome.metrics.items()},
             "epochs": int(outcome.epochs),
             # cached dependencies (a stage-1 run another arm made) are not counted again
-            "cpu_seconds": round(cpu_seconds() - start, 1),
+            "cpu_seconds": round(earlier + cpu_seconds() - start, 1),
         }
         record.parent.mkdir(parents=True, exist_ok=True)
         partial = record.with_suffix(".tmp")
@@ -98,25 +129,29 @@ def fresh(folder: Path) -> bool:
     return not folder.is_dir()
 
 
-def trained(key: str, system: str, config: Callable[[int], RunConfig]) -> Arm:
+def trained(
+    key: str, system: str, config: Callable[[int], RunConfig], slice_minutes: float | None = None
+) -> Arm:
     """An arm trained by the library's ``train`` from ``config(seed)``, read from its test
-    metrics (leave-one-out or temporal, full ranking: whatever the config says)."""
+    metrics (leave-one-out or temporal, full ranking: whatever the config says); trained in
+    slices of ``slice_minutes`` CPU-minutes when given."""
 
     def make(seed: int, space: Workspace) -> Outcome:
-        run = train_run(config(seed), space.folder(key, seed) / "run")
+        callbacks = [SliceLimit(slice_minutes)] if slice_minutes else []
+        run = train_run(config(seed), space.folder(key, seed) / "run", callbacks)
         return read_run(run)
 
     return Arm(key, system, make)
 
 
-def train_run(config: RunConfig, path: Path) -> Path:
+def train_run(config: RunConfig, path: Path, callbacks=()) -> Path:
     """Train ``config`` into ``path``: skipped when finished, resumed when interrupted."""
     from attnsvm.rec.train.checkpoint import RunDirectory
     from attnsvm.rec.train.trainer import train
 
     if not path.is_dir():
         resume = (RunDirectory(path).partial / "resume.pt").exists()
-        train(config, path, resume=resume, show_progress=False)
+        train(config, path, callbacks, resume=resume, show_progress=False)
     return path
 
 
