@@ -11,6 +11,7 @@ from rich.text import Text
 
 from attnsvm.errors import InvalidRequest
 from attnsvm.rec.data import catalog, datasets
+from attnsvm.rec.data.cleaning import Cleaning
 from attnsvm.rec.data.tables import TableLayout, read_with_report
 
 app = typer.Typer(
@@ -61,7 +62,9 @@ COLUMNS = typer.Option(
     None,
     "--columns",
     help="Your own table's columns: 'user=uid,item=sku,time=ts,rating=stars' "
-    "(header names, or 0-based indices for a file without a header); time and rating optional.",
+    "(header names, or 0-based indices for a file without a header); time and rating optional. "
+    "Times: ISO-8601 (UTC where no zone is given), datetimes, or numbers in Unix seconds "
+    "(time_ms=ts for milliseconds; time_us, time_ns).",
 )
 FORMAT = typer.Option(
     None, "--format", help="csv, tsv or parquet (default: from the file name; .gz is read too)."
@@ -104,6 +107,29 @@ def prepare(
     own_name: str | None = typer.Option(
         None, "--name", help="The name your own table is stored under (with --columns)."
     ),
+    drop_where: list[str] = typer.Option(
+        [],
+        "--drop-where",
+        help="Drop the rows where COLUMN OP VALUE holds, e.g. 'quantity<=0' or "
+        "\"status=='cancelled'\" (OP: <= >= == != < >; repeatable; a row with COLUMN empty is "
+        "kept).",
+    ),
+    drop_duplicates: str | None = typer.Option(
+        None,
+        "--drop-duplicates",
+        help="'exact': rows identical in every column to an earlier one; 'consecutive': the "
+        "same user and item again, next in time.",
+    ),
+    min_per_user: int = typer.Option(
+        0, "--min-per-user", help="Keep users with at least this many interactions (k-core)."
+    ),
+    min_per_item: int = typer.Option(
+        0,
+        "--min-per-item",
+        help="Keep items with at least this many interactions; with --min-per-user, repeated "
+        "until both hold (k-core).",
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace a table prepared as --name."),
     cache_dir: Path | None = CACHE,
     verify: bool = typer.Option(
         True,
@@ -112,25 +138,40 @@ def prepare(
     ),
 ) -> None:
     """Prepare NAME from a local copy (verify, preprocess, store in the cache), or your own
-    table: --from FILE --columns user=...,item=... --name NAME."""
+    table: --from FILE --columns user=...,item=... --name NAME, cleaned as the --drop-*,
+    --min-* flags say."""
     layout = _layout(columns, format, separator, header)
+    cleaning = Cleaning(
+        drop_where=tuple(drop_where),
+        drop_duplicates=drop_duplicates,
+        min_per_user=min_per_user,
+        min_per_item=min_per_item,
+    )
     if layout is None:
         if name is None or own_name is not None:
             raise InvalidRequest(
                 "give a registered dataset NAME, or your own file with --columns and --name"
+            )
+        if cleaning != Cleaning() or force:
+            raise InvalidRequest(
+                f"--drop-*, --min-* and --force go with your own table (--columns): {name} is "
+                "prepared as registered"
             )
         path = datasets.prepare(name, source, cache_dir, verify=verify)
     else:
         if (name is None) == (own_name is None):
             raise InvalidRequest("name your own table once: --name NAME")
         name = own_name or name
-        path = datasets.prepare_table(name, source, layout, cache_dir)
+        path = datasets.prepare_table(
+            name, source, layout, cache_dir, cleaning=cleaning, force=force
+        )
         _print_report(datasets.read_report(name, cache_dir))
     console.print(f"prepared {name} → {path}", highlight=False)
 
 
 def _print_report(report: dict | None) -> None:
-    """What was read from the user's own table, and what was dropped and why."""
+    """What was read from the user's own table, what was dropped and cleaned and why, and how
+    its times were read."""
     if report is None:
         return
     mapping = ", ".join(f"{role}={column}" for role, column in report["columns"].items())
@@ -138,12 +179,20 @@ def _print_report(report: dict | None) -> None:
     if "separator" in report:
         how += [f"separator {report['separator']!r}", "header" if report["header"] else "no header"]
     dropped = ", ".join(f"{count:,} {why}" for why, count in report["dropped"].items())
-    console.print(
+    lines = [
         f"read {report['rows']:,} rows ({', '.join(how)}; {mapping}); kept {report['kept']:,}; "
-        f"dropped {dropped or 'none'}",
-        highlight=False,
-        soft_wrap=True,
-    )
+        f"dropped {dropped or 'none'}"
+    ]
+    if report.get("cleaned"):
+        steps = ", ".join(f"{count:,} {step}" for step, count in report["cleaned"].items())
+        lines.append(f"cleaning removed {steps}")
+    if "times" in report:
+        times = report["times"]
+        lines.append(f"times read as {times['read as']}: {times['first']} to {times['last']}")
+        if "hint" in times:
+            lines.append(f"hint: {times['hint']}")
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command()

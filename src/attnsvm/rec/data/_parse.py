@@ -2,9 +2,10 @@
 ``DataFormatError`` naming the file and the 1-based line.
 
 Owns what every format shares: reading and decoding a file, polars' fast path for clean
-delimited files, splitting lines into fields, converting token columns to ids and numbers
-(``Origin`` says which line a bad token came from), and mapping a header's columns to roles.
-``readers`` keeps one function per file format on top of it.
+delimited files, splitting lines into fields, converting token columns to ids, numbers and times
+(``Origin`` says which line, or which row of a Parquet file or DataFrame, a bad token came
+from), and mapping a header's columns to roles. ``readers`` keeps one function per file format
+on top of it; ``frames`` is the one path every table with a column mapping takes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import io
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +28,9 @@ from attnsvm.rec.data.interactions import Interactions
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 MAX_ID_LENGTH = 1000  # characters of a text id (ASINs have 10, UUIDs 36, URLs a few hundred)
+# how many of each unit a second holds: what a number in a time column is read as
+TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _ASCII_INTEGERS = re.compile(r"[ \t]*[+-]?[0-9]+[ \t]*(?:\n[ \t]*[+-]?[0-9]+[ \t]*)*")
 
@@ -158,6 +163,14 @@ def _records(
         raise DataFormatError(path, f"is not valid CSV here ({error})", reader.line_num) from None
 
 
+def blank(series: pl.Series) -> np.ndarray:
+    """Which values of a table's column are missing: a null, or text that is empty once
+    stripped (Python's strip, as every text reader here strips)."""
+    if series.dtype == pl.String:
+        return np.array([v is None or not v.strip() for v in series.to_list()], dtype=bool)
+    return series.is_null().to_numpy()
+
+
 def transpose(rows: list[list[str]]) -> list[tuple[str, ...]]:
     """Rows of fields as columns of tokens."""
     return list(zip(*rows, strict=True))
@@ -170,18 +183,23 @@ def transpose(rows: list[list[str]]) -> list[tuple[str, ...]]:
 class Origin:
     """Where a column's tokens came from, so that a bad one is reported by file and line.
 
-    ``line_of`` maps a token's index to its 1-based line. ``header_hint``: a bad token on line 1
+    ``line_of`` maps a token's index to its 1-based line, or with ``rows`` to its 1-based row
+    (a Parquet file or a DataFrame has rows, not lines). ``header_hint``: a bad token on line 1
     suggests a stray header, which only helps in formats that have none.
     """
 
     path: str | Path
     line_of: Callable[[int], int]
     header_hint: bool = True
+    rows: bool = False
 
     @classmethod
-    def per_row(cls, path: str | Path, numbers: np.ndarray, header_hint: bool = True) -> Origin:
-        """One token per data line; ``numbers`` are the lines (as ``split_lines`` gives)."""
-        return cls(path, lambda index: int(numbers[index]), header_hint)
+    def per_row(
+        cls, path: str | Path, numbers: np.ndarray, header_hint: bool = True, rows: bool = False
+    ) -> Origin:
+        """One token per data line (or row); ``numbers`` are the lines (as ``split_lines``
+        gives) or rows."""
+        return cls(path, lambda index: int(numbers[index]), header_hint, rows)
 
     @classmethod
     def per_span(cls, path: str | Path, numbers: np.ndarray, lengths: Sequence[int]) -> Origin:
@@ -189,12 +207,18 @@ class Origin:
         ends = np.cumsum(lengths)
         return cls(path, lambda index: int(numbers[np.searchsorted(ends, index, side="right")]))
 
+    def error(self, message: str, index: int) -> DataFormatError:
+        """``message`` about the token at ``index``, placed at its line or row."""
+        number = self.line_of(index)
+        if self.rows:
+            return DataFormatError(self.path, f"row {number}: {message}")
+        return DataFormatError(self.path, message, number)
+
     def bad(self, what: str, token: str, index: int, problem: str) -> DataFormatError:
-        line = self.line_of(index)
         hint = ""
-        if self.header_hint and line == 1:
+        if self.header_hint and not self.rows and self.line_of(index) == 1:
             hint = " (line 1 looks like a header; this format has none)"
-        return DataFormatError(self.path, f"{what} {shown(token.strip())} {problem}{hint}", line)
+        return self.error(f"{what} {shown(token.strip())} {problem}{hint}", index)
 
 
 def _all_integers(tokens: Sequence[str]) -> bool:
@@ -238,12 +262,48 @@ def floats(tokens: Sequence[str], what: str, origin: Origin) -> np.ndarray:
     if bad.size:
         index = int(bad[0])
         # no header hint: 'inf' or 'nan' parses, so it is a value, not a header word
-        raise DataFormatError(
-            origin.path,
-            f"{what} {shown(tokens[index].strip())} is not finite",
-            origin.line_of(index),
-        )
+        raise origin.error(f"{what} {shown(tokens[index].strip())} is not finite", index)
     return values
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def times(
+    tokens: Sequence[str], what: str, origin: Origin, unit: str = "s"
+) -> tuple[np.ndarray, str]:
+    """Event times as float64 Unix seconds, and how they were read.
+
+    A column whose first time is a number holds numbers, counted in ``unit`` since 1970-01-01
+    UTC (``TIME_UNITS``); otherwise ISO-8601 date-times (``2024-01-01T01:02:32Z``, ``…+02:00``,
+    ``2024-01-01 01:02:32``, ``2024-01-01``), those without a zone read as UTC. A token of the
+    other kind, or of neither, is an error naming its line.
+    """
+    if _is_number(tokens[0]):
+        return unix_seconds(floats(tokens, what, origin), unit)
+    seconds = []
+    for index, token in enumerate(tokens):
+        try:
+            moment = datetime.fromisoformat(token.strip())
+        except ValueError:
+            kind = "a number or an ISO-8601 time"
+            if index:
+                kind = "an ISO-8601 time (the column's first time is one)"
+            raise origin.bad(what, token, index, f"is not {kind}") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        seconds.append(moment.timestamp())
+    return np.array(seconds, dtype=np.float64), "ISO-8601 (UTC where no zone is given)"
+
+
+def unix_seconds(numbers: np.ndarray, unit: str) -> tuple[np.ndarray, str]:
+    """Numbers counted in ``unit`` since 1970-01-01 UTC, as seconds; and how they were read."""
+    return numbers / TIME_UNITS[unit], f"Unix {_UNIT_WORDS[unit]}"
 
 
 def tokens_as_ids(tokens: Sequence[str], what: str, origin: Origin) -> np.ndarray:
@@ -287,7 +347,8 @@ def from_mapped(
     numeric_ids: bool,
 ) -> Interactions:
     """The table whose ``user``, ``item`` and optional ``timestamp``/``rating`` roles are the
-    columns ``index`` names; ids are integers with ``numeric_ids``, any tokens otherwise."""
+    columns ``index`` names; ids are integers with ``numeric_ids``, any tokens otherwise; times
+    Unix seconds or ISO-8601 (``times``)."""
     columns = transpose(rows)
     # no header hint: these tables have a header of their own (or, in ``read_table`` without
     # one, columns picked by index), so line 1 is not a stray header to point out
@@ -299,15 +360,11 @@ def from_mapped(
             return integers(tokens, f"{role} id", origin)
         return tokens_as_ids(tokens, f"{role} id", origin)
 
-    def numbers_of(role: str) -> np.ndarray | None:
-        if role not in index:
-            return None
-        return floats(columns[index[role]], role, origin)
-
+    timestamp = rating = None
+    if "timestamp" in index:
+        timestamp = times(columns[index["timestamp"]], "timestamp", origin)[0]
+    if "rating" in index:
+        rating = floats(columns[index["rating"]], "rating", origin)
     return Interactions.from_columns(
-        ids("user"),
-        ids("item"),
-        timestamp=numbers_of("timestamp"),
-        rating=numbers_of("rating"),
-        source=str(path),
+        ids("user"), ids("item"), timestamp=timestamp, rating=rating, source=str(path)
     )

@@ -3,9 +3,13 @@
 A prepared dataset lives in the cache directory (``$ATTNSVM_DATA`` or ``~/.cache/attnsvm``) as
 ``<cache>/<name>/interactions.npz`` (the preprocessed table, no pickles) plus ``meta.json``.
 ``download`` fetches the registered URL, verifies its checksum and prepares from it;
-``prepare`` does the same from a local file, folder or ``.zip``; ``load_dataset`` reads the
+``prepare`` does the same from a local file, folder or ``.zip``; ``prepare_table`` and
+``prepare_frame`` store a table of the user's own (a file, a DataFrame) under a name, cleaned as
+asked (``cleaning``), and replace an existing one only when forced; ``load_dataset`` reads the
 cache (or, with ``root``, a folder of raw files such as ``../shared/data``). Every file is
-written to a temporary name and renamed into place, so an error never leaves a partial file.
+written to a temporary name and renamed into place, and a table of one's own is written into a
+temporary folder that replaces the old one whole, so an error never leaves a partial file nor a
+table beside another table's meta.json.
 
 What each dataset is lives in ``catalog``; finding and verifying its raw file in ``sources``.
 """
@@ -15,8 +19,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
+import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 from attnsvm._atomic import atomic_path, write_json
@@ -24,7 +31,9 @@ from attnsvm._files import open_regular, read_json
 from attnsvm.errors import InvalidRequest, UnreadableFile, shown
 from attnsvm.rec.data import readers
 from attnsvm.rec.data.catalog import DATASETS, DatasetSpec, spec
+from attnsvm.rec.data.cleaning import Cleaning
 from attnsvm.rec.data.errors import ChecksumError, DataFormatError
+from attnsvm.rec.data.frames import frame_with_report
 from attnsvm.rec.data.interactions import Interactions
 from attnsvm.rec.data.sources import RawFile, locate, locate_in_root
 from attnsvm.rec.data.tables import TableLayout, read_with_report
@@ -84,10 +93,46 @@ def prepare(
 
 
 def prepare_table(
-    name: str, source: str | Path, layout: TableLayout, cache_dir: str | Path | None = None
+    name: str,
+    source: str | Path,
+    layout: TableLayout,
+    cache_dir: str | Path | None = None,
+    *,
+    cleaning: Cleaning | None = None,
+    force: bool = False,
 ) -> Path:
-    """Read the user's own table ``source`` as ``layout`` says and store it in the cache as
-    ``name``; meta.json keeps what was read and what was dropped (``attnsvm data stats``)."""
+    """Read the user's own table ``source`` as ``layout`` says, clean it as ``cleaning`` says
+    and store it in the cache as ``name`` (replacing an existing ``name`` only with ``force``);
+    meta.json keeps what was read, dropped and cleaned (``attnsvm data stats``)."""
+    _check_own_name(name, cache_dir, force)
+    table, report = read_with_report(source, layout, cleaning=cleaning)
+    return _store_own(name, table, {"file": str(Path(source).resolve()), "read": report}, cache_dir)
+
+
+def prepare_frame(
+    name: str,
+    frame: object,
+    columns: str | Mapping[str, str | int],
+    cache_dir: str | Path | None = None,
+    *,
+    cleaning: Cleaning | None = None,
+    force: bool = False,
+) -> Path:
+    """Store a DataFrame as the dataset ``name``, as ``attnsvm data prepare`` stores a file:
+    ``frame`` is a pandas DataFrame, a polars DataFrame or a pyarrow Table and ``columns`` its
+    mapping (``{"user": "customer_id", "item": "sku", "time": "ts"}``, see
+    ``frames.read_frame``), cleaned as ``cleaning`` says. Returns the stored
+    ``<cache>/<name>/interactions.npz``; from then on ``load_dataset(name, cache_dir=…)``,
+    ``load_dataset(<that path>)`` and a run config naming either read it without the frame.
+    An existing ``name`` is replaced only with ``force``; ``attnsvm data stats NAME`` shows what
+    was read, dropped and cleaned."""
+    _check_own_name(name, cache_dir, force)
+    table, report = frame_with_report(frame, columns, cleaning)
+    return _store_own(name, table, {"frame": report["format"], "read": report}, cache_dir)
+
+
+def _check_own_name(name: str, cache_dir: str | Path | None, force: bool) -> None:
+    """A name a table of one's own may be stored under, and not already taken unless forced."""
     if name in DATASETS:
         raise InvalidRequest(
             f"{name!r} is a registered dataset: give your own table another --name"
@@ -97,20 +142,43 @@ def prepare_table(
             f"dataset name {shown(name)} must be letters, digits, '.', '_' or '-' "
             "(it names a folder of the cache)"
         )
-    table, report = read_with_report(source, layout)
-    target = prepared_path(name, cache_dir)
+    folder = prepared_path(name, cache_dir).parent
+    if not force and folder.exists():
+        raise InvalidRequest(
+            f"{name!r} is already prepared ({folder}): pass --force (force=True) to replace it, "
+            "or choose another --name"
+        )
+
+
+def _store_own(name: str, table: Interactions, meta: dict, cache_dir: str | Path | None) -> Path:
+    """``table`` and its meta.json as the cache's folder ``name``: written into a temporary
+    folder beside it, which then takes the place of the old folder (if any) whole."""
     stats = table.stats(name)
-    meta = {
-        "dataset": name,
-        "file": str(Path(source).resolve()),
-        "read": report,
-        "users": stats.users,
-        "items": stats.items,
-        "interactions": stats.interactions,
-    }
-    target.parent.mkdir(parents=True, exist_ok=True)
-    table.save(target, meta)
-    write_json(target.with_name("meta.json"), meta)
+    meta = {"dataset": name} | meta
+    meta |= {"users": stats.users, "items": stats.items, "interactions": stats.interactions}
+    target = prepared_path(name, cache_dir)
+    folder = target.parent
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{name}.", suffix=".tmp"))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)  # as a plain mkdir makes it (mkdtemp's is private)
+        table.save(staging / target.name, meta)
+        write_json(staging / "meta.json", meta)
+        if folder.exists():  # a directory is not renamed over another: move the old aside
+            replaced = staging.with_suffix(".old")
+            os.replace(folder, replaced)
+            try:
+                os.replace(staging, folder)
+            except BaseException:
+                os.replace(replaced, folder)
+                raise
+            shutil.rmtree(replaced)
+        else:
+            os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
@@ -250,7 +318,7 @@ def load_dataset(
     layout: TableLayout | None = None,
 ) -> Interactions:
     """A registered dataset (standard preprocessing applied), ``synthetic``, a table prepared
-    under a name of its own, or a file.
+    under a name of its own (or the path of its ``interactions.npz``), or a file.
 
     With ``root`` the raw file is read from the dataset's folder under ``root`` (e.g.
     ``../shared/data/ml-1m``) or from ``root`` itself; without it, from the cache that
@@ -280,6 +348,8 @@ def load_dataset(
         return Interactions.load(cached)
     if layout is not None:
         return read_with_report(path, layout)[0]
+    if path.suffix == ".npz" and path.is_file():  # a prepared table, e.g. one a run keeps
+        return Interactions.load(path)
     if not path.exists():
         if _OWN_NAME.fullmatch(name) and prepared_path(name, cache_dir).exists():
             return Interactions.load(prepared_path(name, cache_dir))

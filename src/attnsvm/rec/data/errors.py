@@ -1,4 +1,5 @@
-"""The one error type of the data layer: what went wrong, in which file, on which line."""
+"""The data layer's errors: bad data (what went wrong, in which file, on which line), and an
+object given as a table that is not one."""
 
 from __future__ import annotations
 
@@ -18,3 +19,8 @@ class DataFormatError(ExpectedFailure, ValueError):
 
 class ChecksumError(DataFormatError):
     """A downloaded or local file whose digest differs from the registered one."""
+
+
+class NotATable(ExpectedFailure, TypeError):
+    """An object given as a table (a DataFrame) that is none of the accepted kinds, which the
+    message lists."""

@@ -1,12 +1,14 @@
 """A user's own interaction table: CSV, TSV or Parquet, plain or gzipped, with a column mapping.
 
 ``TableLayout`` says how to read one: which column holds each role (``user``, ``item`` and
-optionally ``time`` and ``rating``, by header name or 0-based index), the format, the separator
-and whether line 1 is a header. ``TableLayout.parse`` builds it from the words a user types
-(``"user=uid,item=sku,time=ts"``) on the command line or in a run config's ``[data]``.
-``read_with_report`` reads the file and says what was read and what was dropped and why (rows
-missing a mapped value are dropped, never guessed); ``read_table`` is the Python API's form.
-Splitting, typing and line-numbered errors are ``_parse``'s.
+optionally ``time`` and ``rating``, by header name or 0-based index), the unit of a time column
+of numbers, the format, the separator and whether line 1 is a header. ``TableLayout.parse``
+builds it from the words a user types (``"user=uid,item=sku,time=ts"``) on the command line or
+in a run config's ``[data]``. ``read_with_report`` reads the file and says what was read and
+what was dropped and why (rows missing a mapped value are dropped, never guessed; a
+``Cleaning`` drops more); ``read_table`` is the Python API's form. This module only turns the
+file into rows: typing them is ``frames``' (the path a DataFrame takes too), splitting lines and
+line-numbered errors ``_parse``'s.
 """
 
 from __future__ import annotations
@@ -21,38 +23,33 @@ import numpy as np
 import polars as pl
 
 from attnsvm.errors import InvalidRequest, shown
-from attnsvm.rec.data._parse import (
-    MAX_ID_LENGTH,
-    file_bytes,
-    file_text,
-    from_mapped,
-    header_index,
-    split_lines,
-)
+from attnsvm.rec.data._parse import TIME_UNITS, file_bytes, file_text, header_index, split_lines
+from attnsvm.rec.data.cleaning import Cleaning
 from attnsvm.rec.data.errors import DataFormatError
+from attnsvm.rec.data.frames import Rows, column_mapping, frame_rows, interactions_of
 from attnsvm.rec.data.interactions import Interactions
 
 FORMATS = ("csv", "tsv", "parquet")
-# the words a mapping uses → the reader's roles ("time" is what users write; "timestamp" also)
-ROLES = {
-    "user": "user",
-    "item": "item",
-    "time": "timestamp",
-    "timestamp": "timestamp",
-    "rating": "rating",
-}
 _SEPARATOR_WORDS = {"\\t": "\t", "tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
 
 
 @dataclass(frozen=True)
 class TableLayout:
     """How to read a table: role → column (header name or 0-based index), format, separator
-    (None: the format's own), header (None: there is one exactly when columns are named)."""
+    (None: the format's own), header (None: there is one exactly when columns are named), and
+    the unit of a time column of numbers (``_parse.TIME_UNITS``)."""
 
     columns: dict[str, str | int]
     format: str | None = None  # None: from the file name (.csv, .tsv, .parquet, each maybe .gz)
     separator: str | None = None
     header: bool | None = None
+    time_unit: str = "s"
+
+    def __post_init__(self) -> None:
+        if self.time_unit not in TIME_UNITS:
+            raise InvalidRequest(
+                f"time unit {shown(self.time_unit)} is not one of {', '.join(TIME_UNITS)}"
+            )
 
     @classmethod
     def parse(
@@ -63,22 +60,9 @@ class TableLayout:
         header: bool | None = None,
     ) -> TableLayout:
         """From ``"user=uid,item=sku,time=ts,rating=stars"`` (an index where a column is a
-        number); every mistake is an ``InvalidRequest`` saying what is expected."""
-        mapping: dict[str, str | int] = {}
-        for part in columns.split(","):
-            word, equals, column = (piece.strip() for piece in part.partition("="))
-            if not equals or word not in ROLES or not column:
-                raise InvalidRequest(
-                    f"column mapping {shown(part.strip())} is not ROLE=COLUMN with ROLE one of "
-                    "user, item, time, rating (e.g. 'user=uid,item=sku,time=ts')"
-                )
-            if ROLES[word] in mapping:
-                raise InvalidRequest(f"column mapping names the {word} column twice")
-            mapping[ROLES[word]] = int(column) if column.isdigit() else column
-        if "user" not in mapping or "item" not in mapping:
-            raise InvalidRequest(
-                f"column mapping {shown(columns)} must name the user and item columns"
-            )
+        number; ``time_ms=ts`` for times in milliseconds, see ``frames.column_mapping``); every
+        mistake is an ``InvalidRequest`` saying what is expected."""
+        mapping, time_unit = column_mapping(columns)
         if format is not None and format not in FORMATS:
             raise InvalidRequest(f"format {shown(format)} is not one of {', '.join(FORMATS)}")
         if separator is not None:
@@ -88,7 +72,7 @@ class TableLayout:
                     f"separator {shown(separator)} must be one character other than a quote or "
                     "a line break (or 'tab')"
                 )
-        return cls(mapping, format, separator, header)
+        return cls(mapping, format, separator, header, time_unit)
 
 
 def read_table(
@@ -101,21 +85,29 @@ def read_table(
     sep: str | None = None,
     header: bool = True,
     data: bytes | None = None,
+    time_unit: str = "s",
 ) -> Interactions:
     """Any CSV/TSV/Parquet: name (or, without a header, 0-based index) the columns to use.
 
-    ``sep`` defaults to ',' for ``.csv`` and a tab otherwise. Ids may be any tokens.
+    ``sep`` defaults to ',' for ``.csv`` and a tab otherwise. Ids may be any tokens. Times are
+    numbers counted in ``time_unit`` (``"s"``, ``"ms"``, ``"us"``, ``"ns"``) since 1970,
+    ISO-8601 text or (Parquet) datetimes; without a zone, UTC.
     """
     wanted = {"user": user, "item": item, "timestamp": timestamp, "rating": rating}
     columns = {role: column for role, column in wanted.items() if column is not None}
-    return read_with_report(path, TableLayout(columns, None, sep, header), data)[0]
+    return read_with_report(path, TableLayout(columns, None, sep, header, time_unit), data)[0]
 
 
 def read_with_report(
-    path: str | Path, layout: TableLayout, data: bytes | None = None
+    path: str | Path,
+    layout: TableLayout,
+    data: bytes | None = None,
+    cleaning: Cleaning | None = None,
 ) -> tuple[Interactions, dict]:
-    """The table ``layout`` describes, and what was read: format, separator, header, mapping,
-    rows, and the rows dropped by reason (a mapped value missing)."""
+    """The table ``layout`` describes, cleaned as ``cleaning`` says, and what was read: format,
+    separator, header, mapping, rows, the rows dropped by reason (a mapped value missing), what
+    each cleaning step removed and how the times were read (``frames.interactions_of``)."""
+    cleaning = cleaning or Cleaning()
     data = file_bytes(path, data)
     name = str(path).removesuffix(".gz")
     compressed = data.startswith(b"\x1f\x8b")
@@ -131,8 +123,25 @@ def read_with_report(
         "columns": dict(layout.columns),
     }
     if kind == "parquet":
-        table, rows, dropped = _read_parquet(path, layout.columns, data)
-        return table, report | {"rows": rows, "kept": len(table), "dropped": dropped}
+        rows = frame_rows(str(path), _parquet(path, data), layout.columns, cleaning)
+    else:
+        rows = _delimited_rows(path, data, layout, kind, cleaning, report)
+    table, read = interactions_of(rows, layout.time_unit, cleaning)
+    return table, report | read
+
+
+def _parquet(path: str | Path, data: bytes) -> pl.DataFrame:
+    try:
+        return pl.read_parquet(io.BytesIO(data))
+    except Exception:  # polars raises several types; all mean "not a parquet file"
+        raise DataFormatError(path, "is not a readable Parquet file") from None
+
+
+def _delimited_rows(
+    path: str | Path, data: bytes, layout: TableLayout, kind: str, cleaning: Cleaning, report: dict
+) -> Rows:
+    """A CSV or TSV file's rows, every field as its text; adds the separator and header it was
+    read with to ``report``."""
     sep = layout.separator or ("," if kind == "csv" else "\t")
     header = layout.header
     if header is None:
@@ -159,7 +168,17 @@ def read_with_report(
         raise DataFormatError(
             path, "without a header, columns are given by 0-based index (e.g. user=0,item=1)"
         )
-    needed = max(index.values()) + 1
+    positions: dict[str | int, int] = {}  # each row filter's column → its index
+    for column in {f.column for f in cleaning.filters}:
+        if isinstance(column, int):
+            positions[column] = column
+        elif header:
+            positions[column] = header_index(path, names, {"row filter": column})["row filter"]
+        else:
+            raise DataFormatError(
+                path, "without a header, a row filter names its column by 0-based index (3<=0)"
+            )
+    needed = max([*index.values(), *positions.values()]) + 1
     short = next((k for k, r in enumerate(records) if len(r) < needed), None)
     if short is not None:
         raise DataFormatError(
@@ -167,86 +186,22 @@ def read_with_report(
             f"has {len(records[short])} fields, column {needed - 1} is needed",
             int(numbers[short]),
         )
-    keep = np.ones(len(records), dtype=bool)
-    dropped = {}
-    for role, column in index.items():
-        missing = np.array([not r[column].strip() for r in records], dtype=bool) & keep
-        if missing.any():
-            dropped[f"no {role}"] = int(missing.sum())
-            keep &= ~missing
-    if not keep.any():
-        raise DataFormatError(path, f"has no row with every mapped value ({dropped})")
-    kept = [records[k] for k in np.flatnonzero(keep)]
-    table = from_mapped(path, kept, numbers[keep], index, numeric_ids=False)
-    return table, report | {"rows": len(records), "kept": len(table), "dropped": dropped}
 
+    def text(position: int) -> pl.Series:
+        return pl.Series([r[position] for r in records], dtype=pl.String)
 
-def _read_parquet(path: str | Path, wanted: dict, data: bytes) -> tuple[Interactions, int, dict]:
-    try:
-        frame = pl.read_parquet(io.BytesIO(data))
-    except Exception as error:  # polars raises several types; all mean "not a parquet file"
-        raise DataFormatError(
-            path, f"is not a readable Parquet file ({type(error).__name__})"
-        ) from None
-    rows, dropped, keys = frame.height, {}, {}
-    for role, name in wanted.items():
-        if isinstance(name, int) and not 0 <= name < len(frame.columns):
-            raise DataFormatError(path, f"has no column {name} (it has {len(frame.columns)})")
-        key = frame.columns[name] if isinstance(name, int) else name
-        if key not in frame.columns:
-            raise DataFormatError(
-                path, f"has no {role} column {key!r} (columns: {shown(', '.join(frame.columns))})"
-            )
-        keys[role] = key
-    for role, key in keys.items():
-        missing = frame.get_column(key).is_null().sum()
-        if missing:
-            dropped[f"no {role}"] = int(missing)
-            frame = frame.filter(pl.col(key).is_not_null())
-    if frame.height == 0:
-        raise DataFormatError(path, f"has no row with every mapped value ({dropped})")
-    columns = {
-        role: _parquet_column(path, frame.get_column(key), role) for role, key in keys.items()
-    }
-    for role in ("timestamp", "rating"):
-        if role in columns:
-            if columns[role].dtype.kind not in "iuf":
-                raise DataFormatError(path, f"{role} column is not numeric")
-            columns[role] = columns[role].astype(np.float64)
-    table = Interactions.from_columns(
-        columns["user"],
-        columns["item"],
-        columns.get("timestamp"),
-        columns.get("rating"),
-        source=str(path),
+    repeats = None
+    if cleaning.drop_duplicates == "exact":  # every field's text, the unmapped ones too
+        seen: set[tuple[str, ...]] = set()
+        repeats = np.zeros(len(records), dtype=bool)
+        for position, record in enumerate(records):
+            repeats[position] = (key := tuple(record)) in seen
+            seen.add(key)
+    return Rows(
+        str(path),
+        {role: text(index[role]) for role in layout.columns},
+        {c: text(k) for c, k in positions.items()},
+        numbers,
+        lines=True,
+        repeats=repeats,
     )
-    return table, rows, dropped
-
-
-def _parquet_column(path: str | Path, series: pl.Series, role: str) -> np.ndarray:
-    """One mapped column's values, checked for what the table may hold in ``role``."""
-    key = series.name
-    values = series.to_numpy()
-    if role == "timestamp" and values.dtype.kind == "M":  # a datetime column: Unix seconds
-        values = values.astype("datetime64[ns]").astype(np.int64) / 1e9
-    if values.dtype.kind == "f" and not np.isfinite(values).all():
-        # polars counts NaN as a value, not a null: a NaN time would sort anywhere
-        row = int(np.flatnonzero(~np.isfinite(values))[0])
-        raise DataFormatError(path, f"{role} column {key!r} is not finite in row {row + 1}")
-    if role in ("user", "item") and values.dtype.kind == "f":
-        fractional = (values != np.round(values)) | (np.abs(values) >= 2.0**63)
-        if fractional.any():
-            row = int(np.flatnonzero(fractional)[0])
-            raise DataFormatError(path, f"{role} id in row {row + 1} is not a 64-bit integer")
-        values = values.astype(np.int64)
-    if role in ("user", "item") and series.dtype == pl.String:
-        # text ids are stored at the width of the longest: one huge id makes them all huge
-        too_long = series.str.len_chars() > MAX_ID_LENGTH
-        if too_long.any():
-            row = int(too_long.arg_true()[0])
-            raise DataFormatError(
-                path, f"{role} id in row {row + 1} is over {MAX_ID_LENGTH:,} characters"
-            )
-    if role in ("user", "item") and values.dtype.kind not in "iuUSO":
-        raise DataFormatError(path, f"{role} column {key!r} holds {values.dtype} values")
-    return values
