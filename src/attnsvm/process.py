@@ -29,10 +29,16 @@ the heap-trim threshold to 1 GiB lets the allocator reuse those pages, at the pr
 up to 1 GiB of freed heap resident. A SASRec+ step on ML-1M (2 threads) took 11 % less time
 with it (390 against 438 ms, alternating A/B).
 
-The CLI applies all three (``configure_process``) before a command imports torch; ``train()``
-and the other library functions leave the process as the caller set it, and a library user
-opts in with one call to ``configure_process()`` before importing torch (after it, only the
-thread count and the allocator still change).
+**Who applies them.** The CLI applies all three (``configure_process``) before a command
+imports torch. The library applies the same policy itself, so a notebook trains as fast as the
+CLI: importing ``attnsvm.rec`` sets the short spin (the last moment it can act: every module
+there imports torch), and the entry points that train or load a run (``train()``,
+``Recommender.fit``, ``load_run`` under ``Recommender.load``, ``recommend`` and the server)
+call ``configure_unless_chosen()``: the thread count and the allocator, unless the caller chose
+the threads already (``callers_choice``: ``configure_process`` or ``use_threads`` called, or
+torch's count changed with ``torch.set_num_threads``; ``OMP_NUM_THREADS`` pins the measured
+count as for the CLI). ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` set, or torch imported before
+``attnsvm.rec``, leave the spin to the caller.
 """
 
 from __future__ import annotations
@@ -170,6 +176,54 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):  # musl and other C libraries have no mallopt
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, 32 * 2**20)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**30))
+
+
+def _physical_cores(cpus: set[int]) -> int:
+    """Physical cores among ``cpus`` (hyperthread siblings counted once); ``len(cpus)`` where
+    sysfs does not say."""
+    cores = set()
+    for cpu in cpus:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            package = (topology / "physical_package_id").read_text().strip()
+            cores.add((package, (topology / "core_id").read_text().strip()))
+        except OSError:
+            return len(cpus)
+    return len(cores)
+
+
+def torch_default_threads() -> int:
+    """The thread count torch starts with (its x86 builds, through MKL): the physical cores this
+    process may run on, capped by ``MKL_NUM_THREADS``, else by ``OMP_NUM_THREADS``."""
+    cores = _physical_cores(os.sched_getaffinity(0))
+    for name in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return min(cores, int(value))
+    return cores
+
+
+def callers_choice() -> ThreadChoice | None:
+    """The thread count already chosen in this process, if any: by ``configure_process`` or
+    ``use_threads`` (the CLI's, the caller's, or an earlier entry point's), or by the caller's
+    ``torch.set_num_threads`` (torch's count is not the one it started with, nor the one chosen
+    here). None: nobody chose."""
+    torch = sys.modules.get("torch")
+    current = None if torch is None else torch.get_num_threads()
+    if _chosen is not None and current in (None, _chosen.threads):
+        return _chosen
+    expected = torch_default_threads() if _chosen is None else _chosen.threads
+    if current is None or current == expected:
+        return None
+    cores = len(os.sched_getaffinity(0))
+    return ThreadChoice(current, cores, None, "the caller (torch's setting)", openmp_waiting())
+
+
+def configure_unless_chosen() -> ThreadChoice:
+    """What the library's entry points call: ``configure_process()``, unless the caller chose the
+    threads (``callers_choice``); returns the choice in force."""
+    chosen = callers_choice()
+    return chosen if chosen is not None else configure_process()
 
 
 def configure_process(threads: int | None = None) -> ThreadChoice:

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "train": "train",
     "evaluate": "train",
     "recommend": "train",
+    "similar": "train",
     "compare": "train",
     "models": "train",
     "lens": "lens",

@@ -70,7 +70,7 @@ def export_command(
 
 
 def recommend_everyone(
-    run_dir: Path, out: Path | None, k: int, histories: str, user, history
+    run_dir: Path, out: Path | None, k: int, histories: str, user, history, exclude, restrict
 ) -> None:
     """``attnsvm recommend RUN_DIR --all --out recs.parquet``: every user's top-k, with a bar."""
     from rich.progress import Progress
@@ -88,6 +88,8 @@ def recommend_everyone(
             out,
             k,
             histories=histories,
+            exclude=exclude,
+            restrict=restrict,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         )
     typer.echo(

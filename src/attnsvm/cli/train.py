@@ -1,4 +1,4 @@
-"""``attnsvm train | evaluate | recommend | compare | models``: thin commands over attnsvm.rec.
+"""``attnsvm train | evaluate | recommend | similar | compare | models``: thin over attnsvm.rec.
 
 Every expected failure (unknown model or config key, bad data, diverged loss, missing run
 directory) prints one line ``error: …`` to stderr and exits with status 1: the app's error
@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from attnsvm.errors import InvalidRequest
 from attnsvm.rec.config import ConfigError, ModelChoice, RunConfig, apply_overrides, load_config
 from attnsvm.rec.data.catalog import DATASETS
 
@@ -119,24 +120,58 @@ def evaluate_command(
         out.print(_metrics_table(f"{split} metrics, sampled", legacy.metrics))
 
 
+ItemIds = Annotated[str | None, typer.Option(help='external item ids, "i1 i2 i3"')]
+Exclude = Annotated[str | None, typer.Option(help='never recommend these items, "i1 i2"')]
+Restrict = Annotated[str | None, typer.Option(help='recommend only among these, "i1 i2"')]
+K = Annotated[int, typer.Option("-k", help="how many items")]
+
+
+def _ids(text: str | None) -> list[str] | None:
+    return text.split() if text else None
+
+
 def recommend_command(
     run_dir: Annotated[Path, typer.Argument(help="a finished run directory")],
     user: Annotated[str | None, typer.Option(help="external user id")] = None,
-    history: Annotated[str | None, typer.Option(help='external item ids, "i1 i2 i3"')] = None,
-    k: Annotated[int, typer.Option("-k", help="how many items")] = 10,
+    history: ItemIds = None,
+    k: K = 10,
+    exclude: Exclude = None,
+    restrict: Restrict = None,
     all_users: Annotated[bool, typer.Option("--all", help="every user, into --out")] = False,
     out_file: Annotated[Path | None, typer.Option("--out", help="--all: a .parquet file")] = None,
     histories: Annotated[str, typer.Option(help="--all after: full | test | valid")] = "full",
 ) -> None:
     """Top-k next items (external ids) for a user or a given history, or for every user."""
-    from attnsvm.rec.train.runs import recommend
+    from attnsvm.rec.recommender import Recommender
 
+    filters = {"exclude": _ids(exclude), "restrict": _ids(restrict)}
     if all_users:
         from attnsvm.cli.serve import recommend_everyone
 
-        return recommend_everyone(run_dir, out_file, k, histories, user, history)
-    items = recommend(run_dir, user=user, history=history.split() if history else None, k=k)
-    out.print(" ".join(map(str, items)))
+        return recommend_everyone(run_dir, out_file, k, histories, user, history, **filters)
+    if (user is None) == (not history):
+        raise InvalidRequest("give exactly one of user or history")
+    model = Recommender.load(run_dir)
+    query = {"users": [user]} if user is not None else {"histories": [_ids(history)]}
+    out.print(" ".join(model.recommend(**query, k=k, **filters)["item"]))
+
+
+def similar_command(
+    run_dir: Annotated[Path, typer.Argument(help="a finished run directory")],
+    items: Annotated[list[str], typer.Argument(help="external item ids")],
+    k: K = 10,
+    method: Annotated[str, typer.Option(help="next (next-item scores) | cosine")] = "next",
+    exclude: Exclude = None,
+    restrict: Restrict = None,
+) -> None:
+    """Items like each given item (item-to-item), a line for each: ITEM: i1 i2 …"""
+    from attnsvm.rec.recommender import Recommender
+
+    table = Recommender.load(run_dir).similar_items(
+        items, k, method=method, exclude=_ids(exclude), restrict=_ids(restrict)
+    )
+    for item in dict.fromkeys(items):
+        out.print(f"{item}: {' '.join(table.filter(table['query'] == item)['item'])}")
 
 
 def compare_command(
@@ -175,5 +210,6 @@ def register(app: typer.Typer) -> None:
     app.command("train")(train_command)
     app.command("evaluate")(evaluate_command)
     app.command("recommend")(recommend_command)
+    app.command("similar")(similar_command)
     app.command("compare")(compare_command)
     app.command("models")(models_command)

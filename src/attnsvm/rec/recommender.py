@@ -1,33 +1,39 @@
 """``Recommender``: the object API beside the functional one — fit, recommend, save, load.
 
 A ``Recommender`` is a run directory held in memory: the model (or a refitted baseline), its id
-maps, the data's user histories and item titles are loaded once, so ``recommend`` for a
-thousand users is one batched ranking, not a thousand loads. It ranks exactly as ``attnsvm
-recommend`` and the evaluator do (``LoadedRun.scores``; equal scores keep the lower item id).
+maps and item titles are loaded once, the data's user histories on the first ``users=`` query
+(read as training read them, ``scoring.load_interactions``), so ``recommend`` for a thousand
+users is one batched ranking, not a thousand loads. It ranks exactly as the evaluator does
+(``LoadedRun.scores``; equal scores keep the lower item id), and ``attnsvm recommend`` and
+``attnsvm similar`` are this class from the command line. Like the CLI, ``fit`` and ``load``
+set the process's threads unless the caller chose (``attnsvm.process``).
 
 >>> from attnsvm.rec.recommender import Recommender                    # doctest: +SKIP
 >>> model = Recommender.from_config(model="sasrec+", dataset="ml-100k", root="../shared/data",
 ...                                 epochs=20)                          # doctest: +SKIP
 >>> model.fit("runs/sasrec-ml100k")                                     # doctest: +SKIP
 >>> model.recommend(users=["1", "2"], k=5)          # a polars table    # doctest: +SKIP
->>> model.recommend(histories=[["50", "172", "181"]], k=5)              # doctest: +SKIP
+>>> model.recommend(histories=[["50", "172", "181"]], k=5, exclude=["100"])  # doctest: +SKIP
+>>> model.similar_items(items=["50"], k=5, method="cosine")             # doctest: +SKIP
 >>> Recommender.load("runs/sasrec-ml100k").recommend(users=["1"])      # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import shutil
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from attnsvm.errors import InvalidRequest
+from attnsvm.errors import InvalidRequest, cut, shown
 from attnsvm.rec.config import RunConfig, apply_overrides, validate
 from attnsvm.rec.data.sequences import EvalTask, Sequences
 from attnsvm.rec.eval.ranking import ranked_batches
 from attnsvm.rec.train.bulk import full_history_task
-from attnsvm.rec.train.runs import LoadedRun, load_run
+from attnsvm.rec.train.runs import LoadedRun, ScoreFn, load_run, only_allowed
+from attnsvm.rec.train.scoring import load_interactions
 
 #: ``from_config`` keywords that are run-config keys, by section (any other goes to the model)
 _SHORTCUTS = {
@@ -39,6 +45,10 @@ _SHORTCUTS = {
     "batch_size": "train.batch_size",
     "seed": "train.seed",
 }
+#: how ``similar_items`` scores items like a given one
+SIMILARITY = ("next", "cosine")
+#: what each extra model input is called in a message
+_EVENT_FIELDS = {"timestamps": "times", "ratings": "ratings"}
 
 
 class Recommender:
@@ -69,7 +79,7 @@ class Recommender:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> Recommender:
-        """A finished run, loaded once (weights, id maps, the data's histories)."""
+        """A finished run, loaded once (weights, id maps; the data's histories when needed)."""
         run = load_run(run_dir)
         recommender = cls(run.config)
         recommender._attach(run)
@@ -103,28 +113,94 @@ class Recommender:
         k: int = 10,
         *,
         exclude_seen: bool = True,
+        exclude: list | None = None,
+        restrict: list | None = None,
     ):
         """Top-``k`` items for each of ``users`` (external ids, after their whole history in
         the data) or each of ``histories`` (lists of external item ids, oldest first): a polars
         table ``query``, ``rank``, ``item``, ``score``, ``title`` (where the data has titles),
-        ``query`` being the user id or the history's index."""
-        import polars as pl
-
+        ``query`` being the user id or the history's index. ``exclude`` (never these items) and
+        ``restrict`` (only these) filter every list, as the server's fields of those names."""
         run = self._loaded()
         if (users is None) == (histories is None):
             raise InvalidRequest("give exactly one of users or histories")
-        task, queries = (
-            self._user_task(users) if users is not None else self._history_task(histories)
-        )
-        num_items = len(run.item_ids) - 1
-        if not 1 <= k <= num_items:
-            raise InvalidRequest(f"k must lie in 1..{num_items}, got {k}")
+        if users is not None:
+            task, queries = self._user_task(users)
+        else:
+            self._check_bare_history("recommend for users of the data")
+            task, queries = self._history_task(histories)
+        score = only_allowed(run.scores(task), run.allowed_items(exclude, restrict))
+        return self._ranked(task, queries, score, k, exclude_seen)
+
+    def similar_items(
+        self,
+        items: list,
+        k: int = 10,
+        *,
+        method: str = "next",
+        exclude: list | None = None,
+        restrict: list | None = None,
+    ):
+        """Top-``k`` items like each of ``items`` (external ids), never the item itself: a
+        polars table as ``recommend``'s, ``query`` being the item. ``method="next"``: the
+        model's next-item scores after a history of that one item (what it recommends to
+        someone who just saw it); ``"cosine"``: the cosine of the items' embeddings (the table
+        next-item logits are dot products with). ``exclude`` and ``restrict`` as in
+        ``recommend``."""
+        run = self._loaded()
+        if method not in SIMILARITY:
+            raise InvalidRequest(
+                f"method must be one of {', '.join(SIMILARITY)}, got {shown(method)}"
+            )
+        if len(items) == 0:
+            raise InvalidRequest("items is empty: give the items to find similar ones for")
+        items = list(dict.fromkeys(str(item) for item in items))  # one list per distinct id
+        task, _ = self._history_task([[item] for item in items])  # the item itself is seen
+        if method == "next":
+            self._check_bare_history("method 'next' scores a bare history; use method 'cosine'")
+            score = run.scores(task)
+        else:
+            score = run.item_cosines(task.history.items)
+        allowed = run.allowed_items(exclude, restrict)
+        return self._ranked(task, items, only_allowed(score, allowed), k, True)
+
+    # -- loading once ---------------------------------------------------------------------
+
+    def _attach(self, run: LoadedRun) -> None:
+        from attnsvm.rec.data.titles import find_titles, read_titles
+
+        self.config, self._run = run.config, run
+        self.__dict__.pop("_everyone", None)  # another run's histories, if fit again
+        titles = find_titles(run.config.data.dataset, run.config.data.root)
+        self._titles = read_titles(titles) if titles is not None else {}
+
+    @cached_property
+    def _everyone(self) -> tuple[EvalTask, dict[str, int]]:
+        """Every user of the data after their whole history, and each user id's row."""
+        run = self._loaded()
+        data = load_interactions(run.config.data)
+        rows = {str(u): r for r, u in enumerate(data.user_ids.tolist())}
+        return full_history_task(run, data), rows
+
+    def _loaded(self) -> LoadedRun:
+        if self._run is None:
+            raise RuntimeError("this Recommender is not fitted: call fit() or Recommender.load()")
+        return self._run
+
+    # -- queries as tasks, ranked as the evaluator ranks --------------------------------------
+
+    def _ranked(self, task: EvalTask, queries: list, score: ScoreFn, k: int, exclude_seen: bool):
+        import polars as pl
+
+        run = self._loaded()
+        if not 1 <= k <= run.num_items:
+            raise InvalidRequest(f"k must lie in 1..{run.num_items}, got {k}")
         ids = np.zeros((len(task), k), dtype=np.int64)
         values = np.zeros((len(task), k), dtype=np.float32)
         for rows, batch_ids, batch_values in ranked_batches(
-            run.scores(task),
+            score,
             task,
-            num_items,
+            run.num_items,
             k,
             batch_size=run.config.eval.batch_size,
             exclude_seen=exclude_seen,
@@ -140,33 +216,18 @@ class Recommender:
                 "item": items.astype(str),
                 "score": values.ravel()[keep],
                 "title": [self._titles.get(str(item)) for item in items],
-            }
+            },
+            schema_overrides={"title": pl.String},
         )
 
-    # -- loading once ---------------------------------------------------------------------
-
-    def _attach(self, run: LoadedRun) -> None:
-        from attnsvm.rec.data.datasets import load_dataset
-        from attnsvm.rec.data.titles import find_titles, read_titles
-
-        data = run.config.data
-        self.config, self._run = run.config, run
-        self._everyone = full_history_task(run, load_dataset(data.dataset, root=data.root))
-        self._row = {str(u): r for r, u in enumerate(run.user_ids.tolist())}
-        titles = find_titles(data.dataset, data.root)
-        self._titles = read_titles(titles) if titles is not None else {}
-
-    def _loaded(self) -> LoadedRun:
-        if self._run is None:
-            raise RuntimeError("this Recommender is not fitted: call fit() or Recommender.load()")
-        return self._run
-
     def _user_task(self, users: list) -> tuple[EvalTask, list]:
-        unknown = [u for u in users if str(u) not in self._row]
+        everyone, row_of = self._everyone
+        unknown = [u for u in users if str(u) not in row_of]
         if unknown:
-            raise InvalidRequest(f"unknown user id(s) {', '.join(map(str, unknown[:5]))}")
-        rows = np.array([self._row[str(u)] for u in users], dtype=np.int64)
-        everyone = self._everyone
+            listed = ", ".join(cut(str(u)) for u in unknown[:5])
+            dataset = self._loaded().config.data.dataset
+            raise InvalidRequest(f"unknown user id {listed} (not in {dataset})")
+        rows = np.array([row_of[str(u)] for u in users], dtype=np.int64)
         task = EvalTask(
             everyone.users[rows],
             everyone.history.select(rows),
@@ -184,8 +245,12 @@ class Recommender:
         history = Sequences.from_lists([h.tolist() for h in internal], users=users.tolist())
         seen = Sequences.from_lists([np.unique(h).tolist() for h in internal], users.tolist())
         nothing = Sequences.from_lists([[] for _ in internal], users.tolist())
-        if "timestamps" in getattr(run.model, "extra_inputs", ()):
-            raise InvalidRequest(
-                f"{type(run.model).__name__} needs event times: recommend for users of the data"
-            )
         return EvalTask(users, history, nothing, seen), list(range(len(histories)))
+
+    def _check_bare_history(self, advice: str) -> None:
+        """A model that reads event times or ratings cannot score a history that has none."""
+        run = self._loaded()
+        for name in getattr(run.model, "extra_inputs", ()):
+            if name in _EVENT_FIELDS:
+                model = type(run.model).__name__
+                raise InvalidRequest(f"{model} needs event {_EVENT_FIELDS[name]}: {advice}")

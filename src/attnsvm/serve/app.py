@@ -1,7 +1,8 @@
 """The HTTP API and the explorer page over one ``Recommender`` (FastAPI on uvicorn).
 
 Routes: ``POST /recommend`` (one query), ``POST /recommend/batch`` (up to ``LIMITS.batch``),
-``POST /explain`` (the lens on one history, for the explorer), ``GET /items`` and ``GET /users``
+``GET|POST /similar`` (items like given ones, as ``attnsvm similar``), ``POST /explain`` (the
+lens on one history, for the explorer), ``GET /items`` and ``GET /users``
 (search, for picking), ``GET /metadata``, ``GET /health``, the explorer at ``/`` and the OpenAPI
 schema at ``/openapi.json`` (its page at ``/docs``).
 
@@ -20,6 +21,7 @@ import os
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
+from typing import Annotated
 
 from fastapi import FastAPI, Request
 from fastapi import Query as QueryParam
@@ -40,6 +42,9 @@ from attnsvm.serve.schemas import (
     ExplainQuery,
     Query,
     Recommendations,
+    SimilarItems,
+    SimilarParams,
+    SimilarQuery,
     field_path,
 )
 
@@ -102,7 +107,7 @@ class CountInside:
     """ASGI middleware: tells the batcher how many requests that will submit queries are inside
     the server, from the moment they arrive (it waits only for those, ``batching``)."""
 
-    SUBMITTING = frozenset({"/recommend", "/recommend/batch", "/explain"})
+    SUBMITTING = frozenset({"/recommend", "/recommend/batch", "/similar", "/explain"})
 
     def __init__(self, app, batcher: MicroBatcher) -> None:
         self.app, self.batcher = app, batcher
@@ -185,15 +190,18 @@ def create_app(
     async def _http(request: Request, error: HTTPException) -> JSONResponse:
         return error_answer(error.status_code, [(request.url.path, str(error.detail))])
 
-    def render(query: Resolved, answer: list[tuple[int, float]]) -> dict:
+    def render_items(answer: list[tuple[int, float]]) -> list[dict]:
         items = []
         for internal, score in answer:
             item = service.external_item(internal)
             items.append({"item": item, "score": score, "title": service.title(item)})
+        return items
+
+    def render(query: Resolved, answer: list[tuple[int, float]]) -> dict:
         return {
             "user": query.user,
             "history_length": int(query.items.size),
-            "items": items,
+            "items": render_items(answer),
             "skipped_items": query.skipped,
         }
 
@@ -212,6 +220,27 @@ def create_app(
         answers = await batcher.submit(resolved)
         results = [render(q, a) for q, a in zip(resolved, answers, strict=True)]
         return JSONResponse({"results": results})
+
+    async def answer_similar(query: SimilarQuery) -> JSONResponse:
+        resolved, skipped = service.resolve_similar(query)
+        answers = await batcher.submit(resolved)
+        results = []
+        for asked, answer in zip(resolved, answers, strict=True):
+            item = service.external_item(int(asked.items[0]))
+            similar = render_items(answer)
+            results.append({"item": item, "title": service.title(item), "items": similar})
+        return JSONResponse({"results": results, "skipped_items": skipped})
+
+    @app.post("/similar", response_model=SimilarItems, responses=ERRORS)
+    async def similar(query: SimilarQuery) -> JSONResponse:
+        """Items like each given item, never the item itself: the next-item scores after a
+        history of that item alone (method next), or the cosine of the item embeddings."""
+        return await answer_similar(query)
+
+    @app.get("/similar", response_model=SimilarItems, responses=ERRORS)
+    async def similar_by_url(query: Annotated[SimilarParams, QueryParam()]) -> JSONResponse:
+        """``POST /similar`` from a query string: ``/similar?items=50&items=172&k=5``."""
+        return await answer_similar(query)
 
     @app.post("/explain", responses=ERRORS)
     async def explain(query: ExplainQuery) -> dict:

@@ -7,10 +7,13 @@ recommend --user`` reads) and the item titles where the data has them. Then:
 - ``resolve(query, field)`` checks a query against the run (known user, known items, ``k``
   within the catalogue) and turns external ids into internal ones; a problem is a
   ``RequestError`` naming the request field, raised before any model work.
+- ``resolve_similar(query)`` does the same for an item-to-item query: one query per item, a
+  history of that item alone, the item itself excluded.
 - ``recommend(resolved)`` scores every resolved query in **one** call of the run's score
-  function (``LoadedRun.scores``, the evaluator's exact path), then ranks each row as the
+  function (``LoadedRun.scores``, the evaluator's exact path; the cosine queries of
+  ``/similar`` in one call of ``LoadedRun.item_cosines``), then ranks each row as the
   evaluator does (seen and excluded items at −∞, equal scores lower item id first), so each
-  list equals ``attnsvm recommend``'s for the same input.
+  list equals ``attnsvm recommend``'s (``attnsvm similar``'s) for the same input.
 - ``explain(resolved, candidates)`` is the lens on one history (``lens.history``).
 """
 
@@ -27,13 +30,13 @@ import torch
 from attnsvm.errors import InvalidRequest, shown
 from attnsvm.lens.extract import LensError, float64_copy
 from attnsvm.lens.history import read_history
-from attnsvm.rec.data.datasets import load_dataset
 from attnsvm.rec.data.sequences import EvalTask, Sequences
 from attnsvm.rec.data.titles import find_titles, read_titles
 from attnsvm.rec.eval.ranking import batch_scores, check_no_nan, topk_lower_id_first
 from attnsvm.rec.train.bulk import full_history_task
 from attnsvm.rec.train.runs import load_run
-from attnsvm.serve.schemas import Query
+from attnsvm.rec.train.scoring import load_interactions
+from attnsvm.serve.schemas import Query, SimilarQuery
 
 
 class RequestError(InvalidRequest):
@@ -56,6 +59,7 @@ class Resolved:
     allowed: np.ndarray | None  # internal ids to rank among (``restrict``), or all
     k: int
     skipped: list = field(default_factory=list)  # unknown item ids left out ("skip")
+    method: str = "next"  # "next": next-item scores after ``items``; "cosine": like items[0]
 
 
 class Recommender:
@@ -64,7 +68,7 @@ class Recommender:
     def __init__(self, run_dir: str | Path) -> None:
         self.run = load_run(run_dir)
         config = self.run.config
-        data = load_dataset(config.data.dataset, root=config.data.root, layout=config.data.layout())
+        data = load_interactions(config.data)
         self.histories = full_history_task(self.run, data)
         self.user_ids = data.user_ids
         self.user_row = {str(u): r for r, u in enumerate(data.user_ids.tolist())}
@@ -174,10 +178,7 @@ class Recommender:
         skipped_restrict = []
         if query.restrict is not None:
             allowed, skipped_restrict = self._internal(query.restrict, f"{field}restrict", skip)
-        if query.k > self.num_items:
-            raise RequestError(
-                422, f"{field}k", f"k={query.k} exceeds the catalogue ({self.num_items} items)"
-            )
+        self._check_k(query.k, field)
         excluded = np.unique(np.concatenate([items, exclude]))
         return Resolved(
             query.user,
@@ -190,10 +191,66 @@ class Recommender:
             skipped + skipped_exclude + skipped_restrict,
         )
 
+    def resolve_similar(self, query: SimilarQuery) -> tuple[list[Resolved], list]:
+        """One resolved query per known item of ``query.items`` (a history of that item alone,
+        the item itself excluded), and the unknown ids skipped."""
+        skip = query.unknown_items == "skip"
+        items, skipped = self._internal(query.items, "items", skip)
+        items = np.array(list(dict.fromkeys(items.tolist())), dtype=np.int64)  # each item once
+        if items.size == 0:
+            raise RequestError(422, "items", "no item of items is in the catalogue")
+        if query.method == "cosine" and self.run.baseline:
+            message = f"{self.run.config.model.name} is a non-neural baseline: use method 'next'"
+            raise RequestError(422, "method", message)
+        events = {"timestamps": "times", "ratings": "ratings"}
+        needed = [events[name] for name in self.extra_inputs if name in events]
+        if query.method == "next" and needed:
+            model = self.run.config.model.name
+            message = f"{model} reads event {needed[0]}: use method 'cosine'"
+            raise RequestError(422, "method", message)
+        exclude, skipped_exclude = self._internal(query.exclude, "exclude", skip)
+        allowed, skipped_restrict = None, []
+        if query.restrict is not None:
+            allowed, skipped_restrict = self._internal(query.restrict, "restrict", skip)
+        self._check_k(query.k, "")
+        resolved = [
+            Resolved(
+                None,
+                np.array([item]),
+                None,
+                -1,  # no user: the unknown-user vector
+                np.union1d([item], exclude),
+                allowed,
+                query.k,
+                method=query.method,
+            )
+            for item in items.tolist()
+        ]
+        return resolved, skipped + skipped_exclude + skipped_restrict
+
+    def _check_k(self, k: int, field: str) -> None:
+        if k > self.num_items:
+            raise RequestError(
+                422, f"{field}k", f"k={k} exceeds the catalogue ({self.num_items} items)"
+            )
+
     # -- answering ----------------------------------------------------------------------------
 
     def recommend(self, queries: list[Resolved]) -> list[list[tuple[int, float]]]:
-        """``[(internal item, score), …]`` best first for every query, from one forward pass."""
+        """``[(internal item, score), …]`` best first for every query, from one forward pass
+        (and one cosine product for the queries of method "cosine")."""
+        answers: list = [None] * len(queries)
+        for method, scores in (("next", self._next_scores), ("cosine", self._cosine_scores)):
+            positions = [i for i, query in enumerate(queries) if query.method == method]
+            if positions:
+                chosen = [queries[i] for i in positions]
+                with torch.inference_mode():
+                    ranked = self._ranked(scores(chosen), chosen)
+                for position, answer in zip(positions, ranked, strict=True):
+                    answers[position] = answer
+        return answers
+
+    def _next_scores(self, queries: list[Resolved]) -> torch.Tensor:
         lengths = np.array([q.items.size for q in queries], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         users = np.array([q.row for q in queries], dtype=np.int64)
@@ -202,23 +259,30 @@ class Recommender:
             times = np.concatenate([q.times for q in queries])
         history = Sequences(offsets, np.concatenate([q.items for q in queries]), users, times)
         nothing = Sequences(np.zeros(len(queries) + 1, np.int64), np.zeros(0, np.int64), users)
+        task = EvalTask(users, history, nothing, nothing)
+        return batch_scores(self.run.scores(task), np.arange(len(queries)), self.num_items)
+
+    def _cosine_scores(self, queries: list[Resolved]) -> torch.Tensor:
+        items = np.array([q.items[0] for q in queries], dtype=np.int64)
         rows = np.arange(len(queries))
-        with torch.inference_mode():
-            scores = batch_scores(
-                self.run.scores(EvalTask(users, history, nothing, nothing)), rows, self.num_items
-            )
-            scores[:, 0] = -torch.inf
-            excluded_rows = np.repeat(rows, [q.excluded.size for q in queries])
-            excluded = np.concatenate([q.excluded for q in queries])
-            scores[torch.from_numpy(excluded_rows), torch.from_numpy(excluded)] = -torch.inf
-            for row, query in enumerate(queries):
-                if query.allowed is not None:
-                    keep = torch.full_like(scores[row], -torch.inf)
-                    allowed = torch.from_numpy(query.allowed)
-                    keep[allowed] = scores[row, allowed]
-                    scores[row] = keep
-            values, ids = topk_lower_id_first(scores, max(q.k for q in queries))
-            check_no_nan(values[:, 0], rows)
+        return batch_scores(self.run.item_cosines(items), rows, self.num_items)
+
+    def _ranked(self, scores: torch.Tensor, queries: list[Resolved]) -> list:
+        """Each row of ``scores`` ranked for its query: excluded items and those outside its
+        ``allowed`` at −∞, equal scores lower id first."""
+        rows = np.arange(len(queries))
+        scores[:, 0] = -torch.inf
+        excluded_rows = np.repeat(rows, [q.excluded.size for q in queries])
+        excluded = np.concatenate([q.excluded for q in queries])
+        scores[torch.from_numpy(excluded_rows), torch.from_numpy(excluded)] = -torch.inf
+        for row, query in enumerate(queries):
+            if query.allowed is not None:
+                keep = torch.full_like(scores[row], -torch.inf)
+                allowed = torch.from_numpy(query.allowed)
+                keep[allowed] = scores[row, allowed]
+                scores[row] = keep
+        values, ids = topk_lower_id_first(scores, max(q.k for q in queries))
+        check_no_nan(values[:, 0], rows)
         answers = []
         for row, query in enumerate(queries):
             top = zip(ids[row, : query.k].tolist(), values[row, : query.k].tolist(), strict=True)

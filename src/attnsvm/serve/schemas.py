@@ -72,6 +72,37 @@ class ExplainQuery(Query):
     k: StrictInt = Field(10, ge=1, le=LIMITS.explain_k, description="recommendations to explain")
 
 
+class SimilarQuery(BaseModel):
+    """Items like each of ``items`` (item-to-item), never the item itself: the next-item scores
+    after a history of that item alone, or the cosine of the item embeddings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: Annotated[list[ExternalId], Field(min_length=1, max_length=LIMITS.batch)] = Field(
+        description="external item ids; one list of similar items for each"
+    )
+    k: StrictInt = Field(10, ge=1, le=LIMITS.k, description="how many items for each")
+    method: Literal["next", "cosine"] = Field(
+        "next",
+        description="next: the model's next-item scores after the item alone; cosine: the "
+        "cosine of the item embeddings",
+    )
+    exclude: ItemList = Field(default_factory=list, description="never recommend these")
+    restrict: NonEmptyItemList | None = Field(None, description="recommend only among these")
+    unknown_items: Literal["error", "skip"] = Field(
+        "error",
+        description="an item id not in the catalogue: a 422 (error), or left out and listed "
+        "in the answer's skipped_items (skip)",
+    )
+
+
+class SimilarParams(SimilarQuery):
+    """``GET /similar``'s query string: ``SimilarQuery``'s fields, repeated for lists
+    (``?items=50&items=172&k=5``), ``k`` read from its text."""
+
+    k: int = Field(10, ge=1, le=LIMITS.k, description="how many items for each")
+
+
 class Item(BaseModel):
     item: ExternalId
     score: float
@@ -87,6 +118,17 @@ class Recommendations(BaseModel):
 
 class BatchRecommendations(BaseModel):
     results: list[Recommendations]
+
+
+class SimilarTo(BaseModel):
+    item: ExternalId  # the item asked about
+    title: str | None = None
+    items: list[Item]
+
+
+class SimilarItems(BaseModel):
+    results: list[SimilarTo]  # in the order of the request's items (each distinct item once)
+    skipped_items: list[ExternalId] = Field(default_factory=list)
 
 
 class ErrorDetail(BaseModel):

@@ -28,7 +28,7 @@ class ServeOptions:
     micro_batching: bool = True
     max_batch: int = 64
     max_wait_ms: float = 2.0
-    threads: int | None = None  # torch intra-op threads per worker (default: torch's choice)
+    threads: int | None = None  # torch intra-op threads per worker (default: attnsvm.process)
     access_log: bool = False
 
     def check(self) -> None:

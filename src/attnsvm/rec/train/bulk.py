@@ -29,7 +29,8 @@ from attnsvm.rec.data.interactions import Interactions
 from attnsvm.rec.data.sequences import EvalTask, Sequences
 from attnsvm.rec.eval import ranking
 from attnsvm.rec.train.checkpoint import RunDirError
-from attnsvm.rec.train.runs import LoadedRun, load_run, open_run
+from attnsvm.rec.train.runs import LoadedRun, load_run, only_allowed, open_run
+from attnsvm.rec.train.scoring import load_interactions
 
 HISTORIES = ("full", "test", "valid")
 
@@ -78,12 +79,8 @@ def _task(run_dir: str | Path, histories: str) -> tuple[LoadedRun, EvalTask, np.
             f"histories must be one of {', '.join(HISTORIES)}, got {shown(histories)}"
         )
     if histories == "full":
-        from attnsvm.rec.data.datasets import load_dataset
-
         run = load_run(run_dir)
-        data = load_dataset(
-            run.config.data.dataset, root=run.config.data.root, layout=run.config.data.layout()
-        )
+        data = load_interactions(run.config.data)
         return run, full_history_task(run, data), data.user_ids
     opened = open_run(run_dir, histories)
     task = opened.task
@@ -96,12 +93,15 @@ def recommend_all(
     k: int = 100,
     *,
     histories: str = "full",
+    exclude: list | None = None,
+    restrict: list | None = None,
     batch_size: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> BulkResult:
     """Top-``k`` items for every user (see the module docstring), written to ``out`` (Parquet)
-    atomically: a reader sees the old file or the whole new one. ``progress(done, total)`` is
-    called after every batch of users."""
+    atomically: a reader sees the old file or the whole new one. ``exclude`` (never these
+    items) and ``restrict`` (only these) filter every list (``LoadedRun.allowed_items``).
+    ``progress(done, total)`` is called after every batch of users."""
     import polars as pl
 
     if Path(out).suffix != ".parquet":
@@ -109,6 +109,7 @@ def recommend_all(
     if k < 1:
         raise InvalidRequest(f"k={k} must be ≥ 1")
     run, task, user_ids = _task(run_dir, histories)
+    score = only_allowed(run.scores(task), run.allowed_items(exclude, restrict))
     num_items = len(run.item_ids) - 1
     if k > num_items:
         raise InvalidRequest(f"k={k} exceeds the catalogue ({num_items} items)")
@@ -120,7 +121,7 @@ def recommend_all(
     if batch_size < 1:
         raise InvalidRequest(f"batch_size={batch_size} must be ≥ 1")
     for rows, batch_ids, batch_values in ranking.ranked_batches(
-        run.scores(task), task, num_items, k, batch_size=batch_size
+        score, task, num_items, k, batch_size=batch_size
     ):
         ids[rows] = batch_ids.cpu().numpy()
         values[rows] = batch_values.float().cpu().numpy()

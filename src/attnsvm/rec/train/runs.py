@@ -2,7 +2,8 @@
 
 Recommendations speak external ids both ways: a user id or a history of item ids as they appear
 in the data file in, item ids out. The run's ``id_maps.json`` translates; the data are read
-again (from ``config.data``) only to find a user's history.
+again (``scoring.load_interactions``, as training read them) only to find a user's history.
+Loading a run applies the process policy unless the caller chose (``attnsvm.process``).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import numpy as np
 import torch
 
 from attnsvm.errors import InvalidRequest, cut, shown
+from attnsvm.process import configure_unless_chosen
 from attnsvm.rec.config import RunConfig, load_config
 from attnsvm.rec.data.sequences import EvalTask, Sequences
 from attnsvm.rec.data.splits import Split
-from attnsvm.rec.eval.ranking import EvalResult
+from attnsvm.rec.eval.ranking import EvalResult, batch_scores
 from attnsvm.rec.eval.sampled import sampled_evaluate
 from attnsvm.rec.models import MODELS, SequentialRecommender
 from attnsvm.rec.models.knn import Baseline
@@ -33,7 +35,9 @@ from attnsvm.rec.train.checkpoint import (
     read_id_maps,
     read_model_info,
 )
-from attnsvm.rec.train.scoring import evaluate_scores, load_split, score_function
+from attnsvm.rec.train.scoring import evaluate_scores, load_interactions, load_split, score_function
+
+ScoreFn = Callable[[np.ndarray], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -48,21 +52,74 @@ class LoadedRun:
     def baseline(self) -> bool:
         return not isinstance(self.model, SequentialRecommender)
 
-    def scores(self, task: EvalTask) -> Callable[[np.ndarray], torch.Tensor]:
+    @property
+    def num_items(self) -> int:
+        return len(self.item_ids) - 1
+
+    def scores(self, task: EvalTask) -> ScoreFn:
         """``rows → (len(rows), num_items + 1)`` next-item scores of the run's model after each
         row's history, exactly as the evaluator ranks them (a baseline scores its own way)."""
         if self.baseline:
             return self.model.score_function(task)
         return score_function(self.model, task, torch.device("cpu"))
 
-    def internal_items(self, external: list) -> np.ndarray:
-        """Internal ids of external item ids (compared as text); unknown ids are an error."""
-        index = {str(item): i for i, item in enumerate(self.item_ids.tolist()) if i > 0}
+    def item_cosines(self, items: np.ndarray) -> ScoreFn:
+        """``rows → (len(rows), num_items + 1)`` cosine similarity of internal item
+        ``items[row]``'s embedding with every item's, in the table next-item logits are dot
+        products with (``output_embedding``)."""
+        if self.baseline:
+            raise InvalidRequest(
+                f"{self.config.model.name} is a non-neural baseline: it has no item embeddings "
+                "to compare (use method 'next')"
+            )
+        with torch.inference_mode():
+            table = torch.nn.functional.normalize(self.model.output_embedding().float(), dim=1)
+        return lambda rows: table[torch.from_numpy(items[rows])] @ table.T
+
+    def internal_items(self, external: list, role: str = "") -> np.ndarray:
+        """Internal ids of external item ids (compared as text); unknown ids are an error naming
+        them (and ``role``, the list they came in, where given)."""
+        index = self._item_index
         unknown = [item for item in external if str(item) not in index]
         if unknown:
             listed = ", ".join(cut(str(item)) for item in unknown[:5])
-            raise InvalidRequest(f"unknown item id(s) {listed} (not in this run's catalogue)")
+            where = f" in {role}" if role else ""
+            raise InvalidRequest(
+                f"unknown item id(s) {listed}{where} (not in this run's catalogue)"
+            )
         return np.array([index[str(item)] for item in external], dtype=np.int64)
+
+    @cached_property  # a frozen dataclass still has a __dict__ to cache in
+    def _item_index(self) -> dict[str, int]:
+        return {str(item): i for i, item in enumerate(self.item_ids.tolist()) if i > 0}
+
+    def allowed_items(
+        self, exclude: list | None = None, restrict: list | None = None
+    ) -> np.ndarray | None:
+        """The items a ranking may return, as a boolean mask over internal ids: those of
+        ``restrict`` (a whitelist; every item when None) less those of ``exclude`` (a
+        blacklist); None when neither is given. External ids, checked as ``internal_items``."""
+        if not exclude and restrict is None:
+            return None
+        if restrict is not None and len(restrict) == 0:
+            raise InvalidRequest("restrict is empty: give the items to recommend among")
+        allowed = np.full(self.num_items + 1, restrict is None)
+        if restrict is not None:
+            allowed[self.internal_items(list(restrict), "restrict")] = True
+        allowed[self.internal_items(list(exclude or ()), "exclude")] = False
+        allowed[0] = False  # the padding id
+        return allowed
+
+
+def only_allowed(score: ScoreFn, allowed: np.ndarray | None) -> ScoreFn:
+    """``score`` with every item outside ``allowed`` (``LoadedRun.allowed_items``) at −∞, so a
+    ranking never returns it; ``score`` itself where there is no filter."""
+    if allowed is None:
+        return score
+    blocked = torch.from_numpy(~allowed)
+    return lambda rows: batch_scores(score, rows, blocked.numel() - 1).masked_fill(
+        blocked, -torch.inf
+    )
 
 
 def load_model(folder: str | Path) -> SequentialRecommender:
@@ -88,6 +145,7 @@ def load_model(folder: str | Path) -> SequentialRecommender:
 
 def load_run(run_dir: str | Path) -> LoadedRun:
     """Model (best checkpoint; a baseline refitted on the run's data), config and id maps."""
+    configure_unless_chosen()
     path = finished_run(run_dir)
     config = load_config(path / "config.json")
     if read_model_info(path).get("baseline"):
@@ -180,11 +238,7 @@ class UserHistory:
 
 def user_history(run: LoadedRun, user: object) -> UserHistory:
     """The user's whole history in the run's data (train, validation and test items)."""
-    from attnsvm.rec.data.datasets import load_dataset
-
-    data = load_dataset(
-        run.config.data.dataset, root=run.config.data.root, layout=run.config.data.layout()
-    )
+    data = load_interactions(run.config.data)
     rows = {str(u): r for r, u in enumerate(data.user_ids.tolist())}
     if str(user) not in rows:
         raise InvalidRequest(f"unknown user id {cut(str(user))} (not in {run.config.data.dataset})")

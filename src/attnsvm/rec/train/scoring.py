@@ -3,6 +3,8 @@
 These are the pieces the trainer, the baselines, finished runs (``runs.py``) and benchmarks all
 share, so none of them imports another's internals:
 
+- ``load_interactions(data)``: the configured dataset as a run reads it (a file through its
+  column mapping), for training and for every reader of a finished run's users alike.
 - ``load_split(data)``: the configured split of the configured dataset (``data.split``:
   leave-one-out, temporal, session or predefined; ``attnsvm.rec.data.splits`` has their rules).
 - ``build(config, split)``: the run's model, initialised from ``train.seed``. Its config is the
@@ -22,6 +24,7 @@ import numpy as np
 import torch
 
 from attnsvm.rec.config import ConfigError, DataConfig, EvalConfig, RunConfig
+from attnsvm.rec.data.interactions import Interactions
 from attnsvm.rec.data.sequences import EvalTask
 from attnsvm.rec.data.splits import Split, leave_one_out, session_split, temporal_split
 from attnsvm.rec.eval.metrics import metrics_from_topk
@@ -30,17 +33,23 @@ from attnsvm.rec.models import MODELS, SequentialRecommender, resolve
 from attnsvm.rec.train import distributed
 
 
-def load_split(data: DataConfig) -> Split:
-    """``data.dataset`` split as ``data.split`` says."""
+def load_interactions(data: DataConfig) -> Interactions:
+    """``data.dataset`` (a name, or a file read through ``data.columns`` where given): the one
+    way a run's data is read, so a finished run finds its users as training found them."""
     from attnsvm.rec.data.datasets import load_dataset
 
+    return load_dataset(data.dataset, root=data.root, layout=data.layout())
+
+
+def load_split(data: DataConfig) -> Split:
+    """``data.dataset`` split as ``data.split`` says."""
     if data.split == "predefined":
         from attnsvm.rec.data.sessions import load_predefined_split
 
         return load_predefined_split(
             data.dataset, data.root, data.valid_fraction, data.unseen_policy
         )
-    interactions = load_dataset(data.dataset, root=data.root, layout=data.layout())
+    interactions = load_interactions(data)
     if data.split == "temporal":
         test_cut = 1.0 - data.test_fraction
         return temporal_split(

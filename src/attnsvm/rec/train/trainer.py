@@ -21,13 +21,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from attnsvm._atomic import write_json
 from attnsvm.errors import shown
-from attnsvm.process import ThreadChoice, choose_threads, chosen_threads, use_threads
+from attnsvm.process import ThreadChoice, choose_threads, configure_unless_chosen, use_threads
 from attnsvm.rec.config import RunConfig, load_config, validate
 from attnsvm.rec.eval.sampled import sampled_evaluate
 from attnsvm.rec.models import resolve
@@ -68,7 +67,9 @@ def train(
     """Train, early-stop, test and publish ``run_dir``; ``resume=True`` continues it.
 
     A non-neural baseline (``pop``, ``sknn``, ``vsknn``, ``vstan``) is fitted instead
-    (:mod:`attnsvm.rec.train.baselines`)."""
+    (:mod:`attnsvm.rec.train.baselines`). The process's threads and allocator are set as the
+    CLI sets them unless the caller chose (``attnsvm.process.configure_unless_chosen``)."""
+    configure_unless_chosen()
     with holding_run_locks():  # a run that fails in-process leaves its folder unlocked
         if not resume and lookup(config.model.name).baseline:
             return train_baseline(config, run_dir)
@@ -100,16 +101,13 @@ def _restore(loop: TrainingLoop, path: Path) -> None:
 def _thread_choice(config: RunConfig, history: list[dict[str, Any]]) -> ThreadChoice:
     """The run's thread count (``attnsvm.process``): ``train.num_threads``, else the count an
     interrupted run trained with (the count changes float reduction order), else the process's
-    (the CLI's choice, or whatever the caller of ``train()`` set)."""
+    (the CLI's or the library's choice, or whatever the caller of ``train()`` set)."""
     if config.train.num_threads is not None:
         return use_threads(choose_threads(config.train.num_threads))
-    cores = len(os.sched_getaffinity(0))
     if history and "threads" in history[-1]:
+        cores = len(os.sched_getaffinity(0))
         return use_threads(ThreadChoice(history[-1]["threads"], cores, None, "the resumed run"))
-    chosen = chosen_threads()
-    if chosen is not None and chosen.threads == torch.get_num_threads():
-        return chosen
-    return ThreadChoice(torch.get_num_threads(), cores, None, "the caller (torch's setting)")
+    return configure_unless_chosen()
 
 
 def _start(
