@@ -7,6 +7,17 @@ file 0600; the finished file gets the permissions a plain ``open`` would give (`
 umask), so every file of a run directory or a dataset cache is readable by whoever may read the
 folder (a run directory is meant to be shared).
 
+A write that fails (a full disk: ``OSError(ENOSPC)``, which names no file) is re-raised naming
+the destination, so the one line the user reads says which file could not be written. Libraries
+that write from native code (safetensors, ``torch.save``, ``torch.jit``) report a full disk as
+their own exception type, or abort the process; their output is built in memory and written
+with ``write_bytes``, so a full disk is that ``OSError``. ``atomic_files`` writes several files
+of one folder as one: none is renamed into place until all are complete.
+
+``check_output`` refuses, before any work is done, an output path that could never be written: a
+dangling symbolic link (a rename over it would fail only at the end of the run), a path under a
+file, a folder that exists where a file is wanted or the other way round.
+
 A writer killed before its rename (``kill -9``, a power cut) leaves its temporary file behind;
 ``remove_temporaries`` deletes those in a folder no writer is using (a run directory under its
 lock), recognising them by the name ``atomic_path`` gives them.
@@ -16,12 +27,14 @@ A leaf module under ``attnsvm``: theory, rec and the lens all use it without imp
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +65,51 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield temporary
         os.chmod(temporary, _plain_file_mode())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         temporary.unlink(missing_ok=True)
+        # a failed write names no file (ENOSPC), a failed rename our hidden one: name ``path``
+        named = isinstance(error, OSError) and error.filename in (None, str(temporary))
+        if named and error.errno is not None:
+            raise OSError(error.errno, error.strerror, str(path)) from error
         raise
+
+
+@contextmanager
+def atomic_files(folder: str | Path) -> Iterator[Callable[[str], Path]]:
+    """Yield ``temporary(name)``, the temporary path of ``folder / name`` to write; every file
+    asked for is renamed into place only when the block ends without error. On an error none
+    is, and the folders the block created for them are removed again."""
+    folder = Path(folder)
+    missing = list(takewhile(lambda path: not path.exists(), (folder, *folder.parents)))
+    try:
+        with ExitStack() as files:
+            yield lambda name: files.enter_context(atomic_path(folder / name))
+    except BaseException:
+        for path in missing:  # the deepest first
+            with suppress(OSError):  # not empty: someone else writes there too
+                path.rmdir()
+        raise
+
+
+def check_output(path: str | Path, *, folder: bool) -> Path:
+    """``path``, where a folder (``folder``) or a file can be written, or an ``OSError``
+    naming it: a dangling symbolic link, a file or folder of the wrong kind, a parent that is
+    a file."""
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        target = os.readlink(path)
+        raise FileExistsError(
+            errno.EEXIST,
+            f"is a dangling symbolic link (to {target}): remove it or choose another path",
+            str(path),
+        )
+    if path.exists() and path.is_dir() != folder:
+        kind = (errno.ENOTDIR, "Not a directory") if folder else (errno.EISDIR, "Is a directory")
+        raise OSError(*kind, str(path))
+    parent = next((p for p in path.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(parent))
+    return path
 
 
 def remove_temporaries(folder: str | Path) -> list[Path]:

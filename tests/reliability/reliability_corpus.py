@@ -11,6 +11,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from reliability_command_cases import command_cases
 from reliability_config_cases import config_cases
 from reliability_data_cases import data_cases
 from reliability_download_cases import download_cases
@@ -24,7 +25,7 @@ from reliability_harness import (
 )
 from reliability_run_cases import run_cases
 
-CORPUS = data_cases() + config_cases() + run_cases() + download_cases()
+CORPUS = data_cases() + config_cases() + run_cases() + download_cases() + command_cases()
 COLUMNS = {
     REFUSED: "refused, one clear line",
     ACCEPTED: "accepted, read correctly",

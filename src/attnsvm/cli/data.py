@@ -13,6 +13,7 @@ from attnsvm.errors import InvalidRequest
 from attnsvm.rec.data import catalog, datasets
 from attnsvm.rec.data.cleaning import Cleaning
 from attnsvm.rec.data.tables import TableLayout, read_with_report
+from attnsvm.rec.data.titles import read_item_titles
 
 app = typer.Typer(
     help="Interaction datasets: list the registry, download or prepare one into the cache "
@@ -130,6 +131,18 @@ def prepare(
         "until both hold (k-core).",
     ),
     force: bool = typer.Option(False, "--force", help="Replace a table prepared as --name."),
+    titles: Path | None = typer.Option(
+        None,
+        "--titles",
+        help="Your items' titles (and categories), kept with the table and shown by recommend, "
+        "serve and the lens: a CSV/TSV/Parquet file read as --title-columns says, or "
+        "'id<TAB>title' lines.",
+    ),
+    title_columns: str | None = typer.Option(
+        None,
+        "--title-columns",
+        help="The titles file's columns: 'item=sku,title=name,category=cat' (category optional).",
+    ),
     cache_dir: Path | None = CACHE,
     verify: bool = typer.Option(
         True,
@@ -139,8 +152,10 @@ def prepare(
 ) -> None:
     """Prepare NAME from a local copy (verify, preprocess, store in the cache), or your own
     table: --from FILE --columns user=...,item=... --name NAME, cleaned as the --drop-*,
-    --min-* flags say."""
+    --min-* flags say, with its items' --titles."""
     layout = _layout(columns, format, separator, header)
+    if title_columns is not None and titles is None:
+        raise InvalidRequest("--title-columns goes with --titles FILE")
     cleaning = Cleaning(
         drop_where=tuple(drop_where),
         drop_duplicates=drop_duplicates,
@@ -152,18 +167,19 @@ def prepare(
             raise InvalidRequest(
                 "give a registered dataset NAME, or your own file with --columns and --name"
             )
-        if cleaning != Cleaning() or force:
+        if cleaning != Cleaning() or force or titles is not None:
             raise InvalidRequest(
-                f"--drop-*, --min-* and --force go with your own table (--columns): {name} is "
-                "prepared as registered"
+                f"--drop-*, --min-*, --titles and --force go with your own table (--columns): "
+                f"{name} is prepared as registered"
             )
         path = datasets.prepare(name, source, cache_dir, verify=verify)
     else:
         if (name is None) == (own_name is None):
             raise InvalidRequest("name your own table once: --name NAME")
         name = own_name or name
+        item_titles = None if titles is None else read_item_titles(titles, title_columns)
         path = datasets.prepare_table(
-            name, source, layout, cache_dir, cleaning=cleaning, force=force
+            name, source, layout, cache_dir, cleaning=cleaning, titles=item_titles, force=force
         )
         _print_report(datasets.read_report(name, cache_dir))
     console.print(f"prepared {name} → {path}", highlight=False)
@@ -191,6 +207,13 @@ def _print_report(report: dict | None) -> None:
         lines.append(f"times read as {times['read as']}: {times['first']} to {times['last']}")
         if "hint" in times:
             lines.append(f"hint: {times['hint']}")
+    if "titles" in report:
+        titles = report["titles"]
+        lines.append(
+            f"titles: {titles['items with a title']:,} of {titles['items']:,} items "
+            f"({titles['categories']:,} with a category) from {titles['source']}; "
+            f"{titles['titles of no item']:,} titles for items not in the table"
+        )
     for line in lines:
         console.print(line, highlight=False, soft_wrap=True)
 

@@ -20,6 +20,7 @@ import click
 import typer
 
 from attnsvm.cli.boundary import ErrorBoundary
+from attnsvm.cli.options import check_ranges
 from attnsvm.process import configure_process
 
 #: command → the module in ``attnsvm.cli`` that defines it, in help order
@@ -65,7 +66,8 @@ def help_line(name: str) -> str:
 
 
 def load_command(name: str) -> click.Command:
-    """The real click command ``name``, built from its module (imported now)."""
+    """The real click command ``name``, built from its module (imported now), its numeric
+    options checked against their ranges (``cli/options.py``)."""
     module = importlib.import_module(f"attnsvm.cli.{COMMANDS[name]}")
     holder = typer.Typer()
     holder.callback()(lambda: None)  # a group even when the module defines one command
@@ -73,7 +75,7 @@ def load_command(name: str) -> click.Command:
         module.register(holder)
     else:
         holder.add_typer(module.app, name=name)
-    return typer.main.get_command(holder).commands[name]
+    return check_ranges(typer.main.get_command(holder).commands[name], name)
 
 
 class LazyCommands(ErrorBoundary):

@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from attnsvm._atomic import check_output
+from attnsvm.extras import require
 from attnsvm.rec.config import ConfigError, apply_overrides
 from attnsvm.rec.config_base import coerce
 
@@ -38,6 +40,7 @@ def simulator_command(
     from attnsvm.rec.data.datasets import load_dataset
     from attnsvm.rec.sim.simulator import FitSettings, fit_simulator
 
+    check_output(out_dir, folder=True)  # before the fit: a folder that can never be written
     if data not in DATASETS and Path(data).exists():
         data = str(Path(data).resolve())
     root = str(Path(root).resolve()) if root is not None else None
@@ -106,6 +109,9 @@ def episodes_command(
     )
     from attnsvm.rec.sim.simulator import GroupSimulator
 
+    if out_dir is not None:  # before the episodes are played
+        check_output(out_dir, folder=True)
+        require("plots", "attnsvm rl episodes --out")  # episodes.png
     sim = GroupSimulator.load(simulator)
     people = sim.users(users, users_seed)
     named = {

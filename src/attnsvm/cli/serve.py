@@ -15,6 +15,17 @@ Host = Annotated[
     str, typer.Option(help="address to listen on; anything but loopback is reachable from outside")
 ]
 Port = Annotated[int, typer.Option(help="TCP port")]
+Titles = Annotated[
+    Path | None,
+    typer.Option(
+        help="item titles (and categories) to show instead of those kept with the data: a "
+        "CSV/TSV/Parquet file read as --title-columns says, a MovieLens movie file or "
+        "'id<TAB>title' lines"
+    ),
+]
+TitleColumns = Annotated[
+    str | None, typer.Option(help="the titles file's columns: 'item=sku,title=name,category=cat'")
+]
 
 
 def serve_command(
@@ -31,6 +42,8 @@ def serve_command(
     ] = 2.0,
     threads: Annotated[int | None, typer.Option(help="torch threads per worker")] = None,
     access_log: Annotated[bool, typer.Option(help="log every request")] = False,
+    titles: Titles = None,
+    title_columns: TitleColumns = None,
 ) -> None:
     """Serve a run's recommendations as a JSON HTTP API, with the attention explorer at /."""
     from attnsvm.serve.server import ServeOptions, serve
@@ -44,15 +57,24 @@ def serve_command(
         max_wait_ms=batch_wait_ms,
         threads=threads,
         access_log=access_log,
+        titles=titles,
+        title_columns=title_columns,
     )
     serve(run_dir, options, announce=typer.echo)
 
 
-def explore_command(run_dir: RunDir, host: Host = "127.0.0.1", port: Port = 8000) -> None:
+def explore_command(
+    run_dir: RunDir,
+    host: Host = "127.0.0.1",
+    port: Port = 8000,
+    titles: Titles = None,
+    title_columns: TitleColumns = None,
+) -> None:
     """Open the attention explorer of a run: attnsvm serve with its defaults."""
     from attnsvm.serve.server import ServeOptions, serve
 
-    serve(run_dir, ServeOptions(host=host, port=port), announce=typer.echo)
+    options = ServeOptions(host=host, port=port, titles=titles, title_columns=title_columns)
+    serve(run_dir, options, announce=typer.echo)
 
 
 def export_command(

@@ -38,7 +38,6 @@ def run(
     seeds: int = typer.Option(
         None,
         "--seeds",
-        min=1,
         help="seeds (multi-token: accepted runs per d); default: the notebook's count",
     ),
     out: Path = typer.Option(None, "--out", help="output folder (default theory-results/NAME)"),

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from attnsvm._atomic import check_output
 from attnsvm.errors import InvalidRequest
 from attnsvm.rec.config import ConfigError, ModelChoice, RunConfig, apply_overrides, load_config
 from attnsvm.rec.data.catalog import DATASETS
@@ -85,6 +86,8 @@ def train_command(
                 ),
             )
         run_config = apply_overrides(run_config, set_ or [])
+        if out_dir is not None:  # before the data is read: a path that can never be published
+            check_output(out_dir, folder=True)
         if is_pointwise(run_config.model.name):  # judged by LogLoss / F1 / AUC, not ranking
             folder = out_dir or default_run_dir(run_config)
             judged = train_pointwise(run_config, folder, verbose=progress)
@@ -124,6 +127,12 @@ ItemIds = Annotated[str | None, typer.Option(help='external item ids, "i1 i2 i3"
 Exclude = Annotated[str | None, typer.Option(help='never recommend these items, "i1 i2"')]
 Restrict = Annotated[str | None, typer.Option(help='recommend only among these, "i1 i2"')]
 K = Annotated[int, typer.Option("-k", help="how many items")]
+AsTable = Annotated[
+    bool,
+    typer.Option(
+        "--table", help="print rank, item, score, title and category (where known), not ids alone"
+    ),
+]
 
 
 def _ids(text: str | None) -> list[str] | None:
@@ -140,6 +149,7 @@ def recommend_command(
     all_users: Annotated[bool, typer.Option("--all", help="every user, into --out")] = False,
     out_file: Annotated[Path | None, typer.Option("--out", help="--all: a .parquet file")] = None,
     histories: Annotated[str, typer.Option(help="--all after: full | test | valid")] = "full",
+    as_table: AsTable = False,
 ) -> None:
     """Top-k next items (external ids) for a user or a given history, or for every user."""
     from attnsvm.rec.recommender import Recommender
@@ -153,7 +163,10 @@ def recommend_command(
         raise InvalidRequest("give exactly one of user or history")
     model = Recommender.load(run_dir)
     query = {"users": [user]} if user is not None else {"histories": [_ids(history)]}
-    out.print(" ".join(model.recommend(**query, k=k, **filters)["item"]))
+    ranked = model.recommend(**query, k=k, **filters)
+    if as_table:
+        return _print_ranked(ranked, f"top {k} for {user or 'the history'}")
+    out.print(" ".join(ranked["item"]))
 
 
 def similar_command(
@@ -163,6 +176,7 @@ def similar_command(
     method: Annotated[str, typer.Option(help="next (next-item scores) | cosine")] = "next",
     exclude: Exclude = None,
     restrict: Restrict = None,
+    as_table: AsTable = False,
 ) -> None:
     """Items like each given item (item-to-item), a line for each: ITEM: i1 i2 …"""
     from attnsvm.rec.recommender import Recommender
@@ -170,8 +184,20 @@ def similar_command(
     table = Recommender.load(run_dir).similar_items(
         items, k, method=method, exclude=_ids(exclude), restrict=_ids(restrict)
     )
+    if as_table:
+        return _print_ranked(table, f"items like {' '.join(dict.fromkeys(items))} ({method})")
     for item in dict.fromkeys(items):
         out.print(f"{item}: {' '.join(table.filter(table['query'] == item)['item'])}")
+
+
+def _print_ranked(ranked, title: str) -> None:
+    """``Recommender.recommend``'s or ``similar_items``' polars table as a table; the title and
+    category columns only where the run's data has them."""
+    columns = [c for c in ranked.columns if ranked[c].null_count() < len(ranked) or not len(ranked)]
+    table = Table(*columns, title=title)
+    for row in ranked.select(columns).iter_rows():
+        table.add_row(*(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row))
+    out.print(table)
 
 
 def compare_command(
@@ -194,15 +220,15 @@ def compare_command(
 
 
 def models_command() -> None:
-    """List the registered models and presets."""
-    from attnsvm.rec.models import catalogue
+    """List every model, preset, baseline and other trained system, with the command that
+    trains it."""
+    from attnsvm.rec.models.systems import systems
 
-    table = Table(title="models")
-    table.add_column("name")
-    table.add_column("description")
-    for name, description in catalogue():
-        table.add_row(name, description)
-    out.print(table)
+    for system in systems():
+        # plain lines, never wrapped: each command stays one line to copy
+        out.print(f"{system.name}: {system.description}", highlight=False, soft_wrap=True)
+        for command in system.commands:
+            out.print(f"  {command}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,15 +17,15 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from attnsvm.rec.config import load_config
-        from attnsvm.rec.tune import load_space
+        from attnsvm.rec.tune import best_trial, load_space
         from attnsvm.rec.tune import tune as run_study
 
         base = load_config(config)
         study = run_study(base, load_space(space, base), out, trials, show_progress=True)
         console = Console()
         console.print((out / "summary.md").read_text(), highlight=False, markup=False)
-        finished = [t for t in study.trials if t.value is not None]
-        if finished:
-            best = max(finished, key=lambda t: t.value)
+        best = best_trial(study)  # by validation, complete trials only: as the summary ranks
+        if best is not None:
             console.print(f"best trial {best.number}: {best.params}", markup=False)
-        console.print(f"importance plot: {out / 'importance.png'}", markup=False)
+        if (out / "importance.png").is_file():  # otherwise the summary says why there is none
+            console.print(f"importance plot: {out / 'importance.png'}", markup=False)

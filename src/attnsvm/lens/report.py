@@ -4,7 +4,8 @@
 users, every requested head extracted, its tokens scored and read as Att-SVMs), then writes into
 ``out_dir`` (default ``RUN_DIR/lens``): ``lens.json`` (every number), ``*.png``
 (``attnsvm.lens.plots``) and ``report.html`` (``attnsvm.lens.page``; images embedded as base64,
-nothing fetched from the network), each through ``attnsvm._atomic`` (a temporary name, renamed).
+nothing fetched from the network), all through ``attnsvm._atomic.atomic_files``: every file is
+renamed into place once all are written, so a failure (a full disk) leaves none of them.
 Items are shown by title where a titles file is given or found beside the data
 (``attnsvm.rec.data.titles``).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attnsvm._atomic import write_bytes, write_text
+from attnsvm._atomic import atomic_files, check_output
 from attnsvm.lens.page import examples_html, report_html
 from attnsvm.lens.plots import head_plots
 from attnsvm.lens.run import analyse_run
@@ -35,6 +36,8 @@ def write_report(
     progress: bool = True,
 ) -> Path:
     """Write the lens report of ``run_dir`` and return the path of ``report.html``."""
+    if out_dir is not None:  # before the analysis: a folder that cannot be written fails at once
+        check_output(out_dir, folder=True)
     result = analyse_run(run_dir, sequences, layer, head, C=C, seed=seed, progress=progress)
     data = result.run.config.data
     title_path = Path(titles) if titles is not None else find_titles(data.dataset, data.root)
@@ -45,11 +48,12 @@ def write_report(
     summary = result.summary(title_path)
     info = run_info(result)
     out = Path(out_dir) if out_dir is not None else result.run.run_dir / "lens"
-    write_text(out / "lens.json", json.dumps(summary, indent=1) + "\n")
-    for name, png in images.items():
-        write_bytes(out / name, png)
     page = report_html(summary, images, examples_html(result, item_titles), info)
-    write_text(out / "report.html", page)
+    with atomic_files(out) as temporary:
+        temporary("lens.json").write_text(json.dumps(summary, indent=1) + "\n")
+        for name, png in images.items():
+            temporary(name).write_bytes(png)
+        temporary("report.html").write_text(page)
     return out / "report.html"
 
 

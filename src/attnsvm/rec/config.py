@@ -26,8 +26,8 @@ from typing import Any
 
 from attnsvm._atomic import write_text
 from attnsvm._files import read_text
-from attnsvm.errors import InvalidRequest, UnreadableFile, shown
-from attnsvm.rec.config_base import ConfigError, Range, coerce
+from attnsvm.errors import InvalidRequest, UnreadableFile
+from attnsvm.rec.config_base import ConfigError, Range, check_number, coerce
 from attnsvm.rec.data.tables import TableLayout
 from attnsvm.rec.models import MODELS, LossConfig, resolve
 from attnsvm.rec.models.knn import build_baseline
@@ -112,6 +112,10 @@ class EvalConfig:
     exclude_seen: bool = True
     valid_metric: str = "NDCG@10"  # early stopping and best-checkpoint selection
     valid_users: int | None = None  # a fixed random subset of validation users; None: all
+    # without valid_users: every validation user while users × items stays within this many
+    # scores, else a fixed seeded sample of users that does (said when training starts); the
+    # test always ranks every user. Every dataset in ../shared/data stays below it
+    valid_max_scores: int | None = 10**10
     sampled_negatives: int | None = None  # also report sampled metrics with this many negatives
     sampled_sampler: str = "uniform"  # "uniform" | "popularity"
 
@@ -143,6 +147,7 @@ RANGES: dict[str, Range] = {
     "eval.ks": Range(1, _LARGE),  # and at most the catalogue, checked with the data
     "eval.batch_size": Range(1, _LARGE),
     "eval.valid_users": Range(1, _LARGE),
+    "eval.valid_max_scores": Range(1, 2**63 - 1),
     "eval.sampled_negatives": Range(1, _LARGE),
 }
 
@@ -242,9 +247,9 @@ def validate(config: RunConfig, source: str = "config") -> None:
     for key, allowed in RANGES.items():
         section, _, name = key.partition(".")
         value = getattr(getattr(config, section), name)
-        values = value if isinstance(value, tuple) else (value,)
-        if not all(v is None or v in allowed for v in values):
-            raise ConfigError(f"{source}: {key} must lie in {allowed}, got {shown(value)}")
+        for number in value if isinstance(value, tuple) else (value,):
+            if number is not None:
+                check_number(number, allowed, f"{source}: {key}")
     if data.split not in SPLITS:
         raise ConfigError(f"{source}: data.split must be one of {SPLITS}")
     if data.unseen_policy not in UNSEEN_POLICIES:

@@ -4,8 +4,9 @@
 through plain dicts (``to_dict`` / ``from_dict``) and checks each field's type and range with an
 error that names the class and the field. ``coerce`` turns a value parsed from TOML/JSON, or a
 ``--set`` string, into a field's type, and raises ``ConfigError`` naming the key and its source.
-No float setting anywhere may be NaN or infinite (TOML and JSON both spell them), and ``Range``
-says where a numeric setting may lie.
+No float setting anywhere may be NaN or infinite (TOML and JSON both spell them), ``Range``
+says where a numeric setting may lie, and ``check_number`` is the one check of both, for a config
+field, a command-line option (``attnsvm.cli.options``) and a limit set in the environment.
 A leaf of ``attnsvm.rec``: the network blocks (``nn.losses``), the models and the run
 configuration (``rec/config.py``) all build on it.
 """
@@ -97,6 +98,16 @@ class Range:
 
 class ConfigError(ExpectedFailure, ValueError):
     """A bad configuration: names the key (and the file, when it came from one)."""
+
+
+def check_number(value: float, allowed: Range, name: str) -> None:
+    """A ``ConfigError`` unless ``value`` is a finite number inside ``allowed``; ``name`` is
+    what the message calls it (``"run.toml: train.lr"``, ``"--steps"``, an environment
+    variable)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {shown(value)}")
+    if value not in allowed:
+        raise ConfigError(f"{name} must lie in {allowed}, got {shown(value)}")
 
 
 def coerce(value: Any, hint: Any, key: str, source: str) -> Any:

@@ -1,12 +1,17 @@
 """``Recommender``: the object API beside the functional one — fit, recommend, save, load.
 
 A ``Recommender`` is a run directory held in memory: the model (or a refitted baseline), its id
-maps and item titles are loaded once, the data's user histories on the first ``users=`` query
-(read as training read them, ``scoring.load_interactions``), so ``recommend`` for a thousand
-users is one batched ranking, not a thousand loads. It ranks exactly as the evaluator does
-(``LoadedRun.scores``; equal scores keep the lower item id), and ``attnsvm recommend`` and
-``attnsvm similar`` are this class from the command line. Like the CLI, ``fit`` and ``load``
-set the process's threads unless the caller chose (``attnsvm.process``).
+maps and item titles (and categories) are loaded once, the data's user histories on the first
+``users=`` query (read as training read them, ``scoring.load_interactions``), so ``recommend``
+for a thousand users is one batched ranking, not a thousand loads. It ranks exactly as the
+evaluator does (``LoadedRun.scores``; equal scores keep the lower item id), and ``attnsvm
+recommend`` and ``attnsvm similar`` are this class from the command line. Like the CLI, ``fit``
+and ``load`` set the process's threads unless the caller chose (``attnsvm.process``).
+
+The dataset may be a DataFrame (pandas, polars, a pyarrow Table) with a column mapping:
+``fit`` stores it as a prepared table (``datasets.prepare_frame``), trains on it and keeps it
+in the run directory (``runs.KEPT_DATA``, with the titles given), so ``load`` needs nothing
+else, wherever the run directory is copied.
 
 >>> from attnsvm.rec.recommender import Recommender                    # doctest: +SKIP
 >>> model = Recommender.from_config(model="sasrec+", dataset="ml-100k", root="../shared/data",
@@ -16,11 +21,17 @@ set the process's threads unless the caller chose (``attnsvm.process``).
 >>> model.recommend(histories=[["50", "172", "181"]], k=5, exclude=["100"])  # doctest: +SKIP
 >>> model.similar_items(items=["50"], k=5, method="cosine")             # doctest: +SKIP
 >>> Recommender.load("runs/sasrec-ml100k").recommend(users=["1"])      # doctest: +SKIP
+>>> shop = Recommender.from_config(model="sasrec+", dataset=df, epochs=20,
+...     columns={"user": "customer_id", "item": "sku", "time": "ts"},
+...     titles=read_item_titles(products, "item=sku,title=name"))     # doctest: +SKIP
+>>> shop.fit("runs/shop").recommend(users=["c1"])                   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -29,10 +40,13 @@ import numpy as np
 
 from attnsvm.errors import InvalidRequest, cut, shown
 from attnsvm.rec.config import RunConfig, apply_overrides, validate
+from attnsvm.rec.data.errors import NotATable
+from attnsvm.rec.data.item_titles import ItemTitles, match_catalogue
 from attnsvm.rec.data.sequences import EvalTask, Sequences
+from attnsvm.rec.data.titles import run_titles
 from attnsvm.rec.eval.ranking import ranked_batches
 from attnsvm.rec.train.bulk import full_history_task
-from attnsvm.rec.train.runs import LoadedRun, ScoreFn, load_run, only_allowed
+from attnsvm.rec.train.runs import LoadedRun, ScoreFn, keep_data, load_run, only_allowed
 from attnsvm.rec.train.scoring import load_interactions
 
 #: ``from_config`` keywords that are run-config keys, by section (any other goes to the model)
@@ -49,6 +63,41 @@ _SHORTCUTS = {
 SIMILARITY = ("next", "cosine")
 #: what each extra model input is called in a message
 _EVENT_FIELDS = {"timestamps": "times", "ratings": "ratings"}
+#: the name a DataFrame is prepared under, and the config's dataset until ``fit`` stores it
+FRAME_NAME = "dataframe"
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """A DataFrame given as the dataset, stored by ``fit``."""
+
+    table: object  # a pandas or polars DataFrame, or a pyarrow Table
+    columns: str | dict
+    titles: ItemTitles | None
+
+    @classmethod
+    def given(cls, table: object, columns: object, titles: object) -> _Frame:
+        """The frame, checked before any training: its kind, its mapping, the titles' type."""
+        from attnsvm.rec.data.frames import column_mapping, table_kind
+
+        try:
+            table_kind(table)
+        except NotATable as error:
+            raise NotATable(
+                f"dataset is a name or a file path (text), or a table: {error}"
+            ) from None
+        if columns is None:
+            raise InvalidRequest(
+                "a DataFrame dataset needs columns={'user': …, 'item': …} (time and rating "
+                "optional), as read_frame takes them"
+            )
+        column_mapping(columns)
+        if titles is not None and not isinstance(titles, ItemTitles):
+            raise InvalidRequest(
+                "titles is what read_item_titles(file_or_table, columns) returns, not "
+                f"{type(titles).__name__}"
+            )
+        return cls(table, columns, titles)
 
 
 class Recommender:
@@ -58,38 +107,90 @@ class Recommender:
         validate(config)
         self.config = config
         self._run: LoadedRun | None = None
+        self._frame: _Frame | None = None
 
     @classmethod
     def from_config(cls, config: RunConfig | str | Path | None = None, **settings: Any):
         """An unfitted recommender from a ``RunConfig``, a config file, or keywords: ``model``
         (a name), the shortcuts ``dataset``, ``root``, ``max_len``, ``epochs``, ``lr``,
         ``batch_size``, ``seed``, and dotted keys as ``--set`` takes them (``"loss.name"``);
-        any other keyword is a model field (``hidden_size=128``)."""
+        any other keyword is a model field (``hidden_size=128``).
+
+        ``dataset`` is a name, a file, or a DataFrame (pandas, polars, a pyarrow Table);
+        ``columns`` maps a DataFrame's or a file's columns to the roles (a dict or
+        ``"user=uid,item=sku,time=ts"``, as ``read_frame`` takes it), and ``titles`` (what
+        ``read_item_titles`` returns) gives a DataFrame's items titles. Anything else as the
+        dataset is one error naming what is accepted."""
         from attnsvm.rec.config import load_config
 
         if config is None:
             config = RunConfig()
         elif not isinstance(config, RunConfig):
             config = load_config(config)
+        frame = None
+        if not isinstance(settings.get("dataset", ""), str | Path):
+            frame = _Frame.given(
+                settings.pop("dataset"), settings.pop("columns", None), settings.pop("titles", None)
+            )
+            settings["dataset"] = FRAME_NAME
+        elif "titles" in settings:
+            raise InvalidRequest(
+                "titles= goes with a DataFrame dataset: give a prepared name's titles to "
+                "prepare_frame or `attnsvm data prepare --titles`, or any run's to "
+                "Recommender.load(run_dir, titles=…)"
+            )
+        elif "columns" in settings:  # a file's mapping: the run config's data.columns
+            settings["data.columns"] = _mapping_text(settings.pop("columns"))
         assignments = [] if "model" not in settings else [f"model={settings.pop('model')}"]
         for key, value in settings.items():
             key = _SHORTCUTS.get(key, key if "." in key else f"model.{key}")
             assignments.append(f"{key}={'none' if value is None else value}")
-        return cls(apply_overrides(config, assignments) if assignments else config)
+        recommender = cls(apply_overrides(config, assignments) if assignments else config)
+        recommender._frame = frame
+        return recommender
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> Recommender:
-        """A finished run, loaded once (weights, id maps; the data's histories when needed)."""
+    def load(cls, run_dir: str | Path, titles: ItemTitles | None = None) -> Recommender:
+        """A finished run, loaded once (weights, id maps; the data's histories when needed);
+        ``titles`` (``read_item_titles``) instead of those found beside its data."""
         run = load_run(run_dir)
         recommender = cls(run.config)
-        recommender._attach(run)
+        recommender._attach(run, titles)
         return recommender
 
     def fit(self, run_dir: str | Path | None = None, *, show_progress: bool = False):
-        """Train on the config's data into ``run_dir`` (``runs/…`` by default); returns self."""
+        """Train on the config's data into ``run_dir`` (``runs/…`` by default); returns self.
+        A DataFrame dataset is stored in the run directory (module docstring)."""
         from attnsvm.rec.train.trainer import train
 
+        if self._frame is not None:
+            return self._fit_frame(run_dir, show_progress)
         result = train(self.config, run_dir, show_progress=show_progress)
+        self._attach(load_run(result.run_dir))
+        return self
+
+    def _fit_frame(self, run_dir: str | Path | None, show_progress: bool):
+        """Prepare the DataFrame into a folder beside the run directory, train on it, then move
+        it into the finished run (``runs.keep_data``), which reads it from there on."""
+        from attnsvm.rec.data.datasets import prepare_frame
+        from attnsvm.rec.train.checkpoint import RunDirError, default_run_dir
+        from attnsvm.rec.train.trainer import train
+
+        final = Path(run_dir) if run_dir is not None else default_run_dir(self.config)
+        if final.exists():  # refused before the frame is read, as train() would after
+            raise RunDirError(f"{final}: run directory already exists; choose another folder")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".data"))
+        try:
+            frame = self._frame
+            table = prepare_frame(
+                FRAME_NAME, frame.table, frame.columns, staging, titles=frame.titles
+            )
+            config = replace(self.config, data=replace(self.config.data, dataset=str(table)))
+            result = train(config, final, show_progress=show_progress)
+            keep_data(result.run_dir, table.parent)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
         self._attach(load_run(result.run_dir))
         return self
 
@@ -118,9 +219,10 @@ class Recommender:
     ):
         """Top-``k`` items for each of ``users`` (external ids, after their whole history in
         the data) or each of ``histories`` (lists of external item ids, oldest first): a polars
-        table ``query``, ``rank``, ``item``, ``score``, ``title`` (where the data has titles),
-        ``query`` being the user id or the history's index. ``exclude`` (never these items) and
-        ``restrict`` (only these) filter every list, as the server's fields of those names."""
+        table ``query``, ``rank``, ``item``, ``score``, ``title`` and ``category`` (where the
+        data has them, else null), ``query`` being the user id or the history's index.
+        ``exclude`` (never these items) and ``restrict`` (only these) filter every list, as the
+        server's fields of those names."""
         run = self._loaded()
         if (users is None) == (histories is None):
             raise InvalidRequest("give exactly one of users or histories")
@@ -166,13 +268,15 @@ class Recommender:
 
     # -- loading once ---------------------------------------------------------------------
 
-    def _attach(self, run: LoadedRun) -> None:
-        from attnsvm.rec.data.titles import find_titles, read_titles
-
+    def _attach(self, run: LoadedRun, titles: ItemTitles | None = None) -> None:
         self.config, self._run = run.config, run
         self.__dict__.pop("_everyone", None)  # another run's histories, if fit again
-        titles = find_titles(run.config.data.dataset, run.config.data.root)
-        self._titles = read_titles(titles) if titles is not None else {}
+        data = run.config.data
+        self._titles = (
+            run_titles(data.dataset, data.root)
+            if titles is None
+            else match_catalogue(titles, run.item_ids)[0]
+        )
 
     @cached_property
     def _everyone(self) -> tuple[EvalTask, dict[str, int]]:
@@ -215,9 +319,10 @@ class Recommender:
                 "rank": np.tile(np.arange(1, k + 1, dtype=np.int32), len(task))[keep],
                 "item": items.astype(str),
                 "score": values.ravel()[keep],
-                "title": [self._titles.get(str(item)) for item in items],
+                "title": [self._titles.title(item) for item in items],
+                "category": [self._titles.category(item) for item in items],
             },
-            schema_overrides={"title": pl.String},
+            schema_overrides={"title": pl.String, "category": pl.String},
         )
 
     def _user_task(self, users: list) -> tuple[EvalTask, list]:
@@ -254,3 +359,10 @@ class Recommender:
             if name in _EVENT_FIELDS:
                 model = type(run.model).__name__
                 raise InvalidRequest(f"{model} needs event {_EVENT_FIELDS[name]}: {advice}")
+
+
+def _mapping_text(columns: object) -> str:
+    """A file's column mapping as ``data.columns`` holds it: ``"user=uid,item=sku"``."""
+    if isinstance(columns, dict):
+        return ",".join(f"{role}={column}" for role, column in columns.items())
+    return str(columns)

@@ -12,8 +12,10 @@ NDCG@10 by default). The study lives in ``out_dir/study.db`` (SQLite):
   ``trials`` finished (complete or pruned) trials. A trial that was running when the process was
   killed is marked failed (its heartbeat stopped) and retried with the same parameters;
 - **outputs**: ``summary.md`` (one row per trial: parameters, validation and test metric, state,
-  run directory) and ``importance.png`` (Optuna's parameter importances), rewritten after every
-  trial.
+  run directory; complete trials ranked by the validation metric alone, the test metric shown
+  but never used to choose) and ``importance.png`` (Optuna's PED-ANOVA parameter importances,
+  drawn once ``IMPORTANCE_MIN_TRIALS`` trials are complete; before that the summary says how
+  many it needs), rewritten after every trial.
 
 The search space is a TOML file with one table per key::
 
@@ -38,15 +40,25 @@ import math
 import tomllib
 import typing
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnsvm._atomic import atomic_path, write_text
+from attnsvm._atomic import atomic_path, check_output, write_text
+from attnsvm._files import read_text
+from attnsvm.errors import UnreadableFile
+from attnsvm.extras import require
 from attnsvm.rec.config import ConfigError, RunConfig, apply_overrides
 from attnsvm.rec.config_base import coerce
 
 SECTIONS = ("model", "data", "loss", "train", "eval")
+#: PED-ANOVA compares the best ``IMPORTANCE_QUANTILE`` of the complete trials with all of them:
+#: with fewer than two trials in that top share (under 11 trials at 10 %) it reads one trial's
+#: parameters as the importances, so no plot is drawn below this count
+IMPORTANCE_QUANTILE = 0.1
+IMPORTANCE_MIN_TRIALS = math.floor(1 / IMPORTANCE_QUANTILE) + 1
 
 
 @dataclass(frozen=True)
@@ -93,9 +105,9 @@ def load_space(path: str | Path, config: RunConfig) -> list[Dimension]:
     """The dimensions of a search-space TOML file, checked against ``config``'s fields."""
     path = Path(path)
     try:
-        tables = tomllib.loads(path.read_text())
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read the search space ({error.strerror})") from None
+        tables = tomllib.loads(read_text(path))  # a regular file of UTF-8 text only
+    except UnreadableFile as error:
+        raise ConfigError(f"{path}: cannot read the search space ({error.problem})") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
     dimensions = []
@@ -139,12 +151,9 @@ def _dimension(path: Path, config: RunConfig, key: str, spec: Any) -> Dimension:
 
 
 def _optuna():
-    try:
-        import optuna
-    except ImportError:
-        raise ConfigError(
-            "attnsvm tune needs Optuna: pip install 'attnsvm[tune]' (or optuna)"
-        ) from None
+    require("tune", "attnsvm tune")  # Optuna, and matplotlib for the plot after the trials
+    import optuna
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # heartbeats (how a killed trial is found) are marked experimental; they are what we need
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -175,13 +184,34 @@ def tune(
 ):
     """Run (or continue) the study in ``out_dir`` until it has ``trials`` finished trials;
     returns the Optuna study."""
-    from attnsvm.rec.train.trainer import train
-
     optuna = _optuna()
     if trials < 1:
         raise ConfigError(f"tune: --trials must be ≥ 1, got {trials}")
-    out = Path(out_dir)
+    out = check_output(out_dir, folder=True)
     out.mkdir(parents=True, exist_ok=True)
+    with _readable_study(out / "study.db"):
+        return _run_study(optuna, config, space, out, trials, show_progress)
+
+
+@contextmanager
+def _readable_study(path: Path) -> Iterator[None]:
+    """What SQLite says of a damaged or foreign ``study.db`` as one line naming it."""
+    import optuna
+    import sqlalchemy.exc
+
+    try:
+        yield
+    except (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError) as error:
+        reason = getattr(error, "orig", None) or error.__cause__ or error
+        raise UnreadableFile(
+            path, f"is not a readable Optuna study ({reason}): move it away to start a new study"
+        ) from None
+
+
+def _run_study(optuna, config, space, out: Path, trials: int, show_progress: bool):
+    """``tune``'s study in ``out``, run until it holds ``trials`` finished trials."""
+    from attnsvm.rec.train.trainer import train
+
     # a trial killed mid-run stops its heartbeat; after the grace period the next start marks
     # it failed and the retry callback queues its parameters again
     storage = optuna.storages.RDBStorage(
@@ -227,15 +257,35 @@ def tune(
     return study
 
 
+def complete_trials(study) -> list:
+    """The complete trials, best validation metric first (the lower number first among equal
+    ones). Pruned trials are left out: Optuna gives them their last reported epoch's value,
+    which no complete trial's final value should be ranked against."""
+    complete = [t for t in study.trials if t.state.name == "COMPLETE" and t.value is not None]
+    return sorted(complete, key=lambda t: (-t.value, t.number))
+
+
+def best_trial(study):
+    """The complete trial with the best validation metric (never the test metric), or None."""
+    ranked = complete_trials(study)
+    return ranked[0] if ranked else None
+
+
 def write_summary(study, out: Path, metric: str) -> None:
-    """``summary.md`` and ``importance.png`` of the study so far."""
+    """``summary.md`` of the study so far: the complete trials ranked by the validation metric,
+    then the others by number; and ``importance.png`` once enough trials are complete (the
+    summary says how many are missing instead)."""
     keys = sorted({key for trial in study.trials for key in trial.params})
-    header = ["trial", "state", *keys, f"valid {metric}", f"test {metric}", "run directory"]
+    header = ["rank", "trial", "state", *keys, f"valid {metric}", f"test {metric}", "run directory"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for trial in study.trials:
+    ranked = complete_trials(study)
+    numbers = {t.number for t in ranked}
+    others = [t for t in study.trials if t.number not in numbers]
+    for rank, trial in enumerate([*ranked, *others], 1):
         valid = "" if trial.value is None else f"{trial.value:.4f}"
         test = trial.user_attrs.get("test")
         cells = [
+            str(rank) if rank <= len(ranked) else "",
             str(trial.number),
             trial.state.name.lower(),
             *(_cell(trial.params.get(key)) for key in keys),
@@ -244,11 +294,27 @@ def write_summary(study, out: Path, metric: str) -> None:
             trial.user_attrs.get("run_dir", ""),
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    complete = [t for t in study.trials if t.value is not None and t.state.name == "COMPLETE"]
-    best = max(complete, key=lambda t: t.value, default=None)
-    lines += ["", f"best: trial {best.number}" if best else "best: no complete trial yet"]
+    best = ranked[0] if ranked else None
+    lines += [
+        "",
+        f"ranked by valid {metric} (complete trials only; test {metric} is shown, never ranked)",
+        f"best: trial {best.number}" if best else "best: no complete trial yet",
+    ]
+    plot = out / "importance.png"
+    if len(ranked) >= IMPORTANCE_MIN_TRIALS:
+        _write_importance(study, plot)
+    else:
+        plot.unlink(missing_ok=True)  # drawn from fewer trials by an earlier version: misleading
+        lines.append(importance_note(len(ranked)))
     write_text(out / "summary.md", "\n".join(lines) + "\n")
-    _write_importance(study, out / "importance.png", len(complete))
+
+
+def importance_note(complete: int) -> str:
+    """What stands in for the importance plot with ``complete`` complete trials."""
+    return (
+        f"importance: not estimated: it needs {IMPORTANCE_MIN_TRIALS} complete trials "
+        f"(its top {IMPORTANCE_QUANTILE:.0%} must hold two), {complete} so far"
+    )
 
 
 def _cell(value: Any) -> str:
@@ -257,19 +323,19 @@ def _cell(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def _write_importance(study, path: Path, complete: int) -> None:
+def _write_importance(study, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 
+    evaluator = PedAnovaImportanceEvaluator(target_quantile=IMPORTANCE_QUANTILE)
     fig, ax = plt.subplots(figsize=(6, 3))
     try:
-        from optuna.importance import get_param_importances
-
-        with warnings.catch_warnings():  # few trials: "importances will be equal" is the answer
+        with warnings.catch_warnings():  # Optuna warns where the importances come out equal
             warnings.simplefilter("ignore", UserWarning)
-            importances = get_param_importances(study) if complete >= 2 else {}
+            importances = get_param_importances(study, evaluator=evaluator)
     except (RuntimeError, ValueError):  # e.g. every complete trial had the same parameters
         importances = {}
     if importances:
@@ -277,7 +343,7 @@ def _write_importance(study, path: Path, complete: int) -> None:
         ax.barh(names, [importances[n] for n in names], color="tab:blue")
         ax.set(xlabel="importance for the validation metric (Optuna PED-ANOVA)")
     else:
-        ax.text(0.5, 0.5, "importances need two complete trials that differ", ha="center")
+        ax.text(0.5, 0.5, "importances need complete trials that differ", ha="center")
         ax.set_axis_off()
     fig.tight_layout()
     with atomic_path(path) as temporary:

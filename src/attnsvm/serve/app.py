@@ -4,7 +4,7 @@ Routes: ``POST /recommend`` (one query), ``POST /recommend/batch`` (up to ``LIMI
 ``GET|POST /similar`` (items like given ones, as ``attnsvm similar``), ``POST /explain`` (the
 lens on one history, for the explorer), ``GET /items`` and ``GET /users``
 (search, for picking), ``GET /metadata``, ``GET /health``, the explorer at ``/`` and the OpenAPI
-schema at ``/openapi.json`` (its page at ``/docs``).
+schema at ``/openapi.json`` (its pages at ``/docs`` and ``/redoc``, offline: ``api_docs``).
 
 Every problem with a request is a 4xx whose JSON names the field (``ErrorAnswer``): 400 for a
 body that is not JSON, 404 for an unknown user or route, 405 for a wrong method, 413 for a body
@@ -32,6 +32,8 @@ from starlette.exceptions import HTTPException
 
 from attnsvm.errors import ExpectedFailure, expected_message
 from attnsvm.lens.extract import LensError
+from attnsvm.rec.data.titles import read_item_titles
+from attnsvm.serve.api_docs import add_api_docs
 from attnsvm.serve.batching import MicroBatcher
 from attnsvm.serve.engine import Recommender, RequestError, Resolved
 from attnsvm.serve.schemas import (
@@ -164,7 +166,10 @@ def create_app(
         title="attnsvm recommender",
         summary=f"{service.run.config.model.name} on {service.run.config.data.dataset}",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's pages load from a CDN; add_api_docs serves them offline
+        redoc_url=None,
     )
+    add_api_docs(app)
     app.add_middleware(BodyGate, limit=LIMITS.body_bytes)
     app.add_middleware(CountInside, batcher=batcher)  # added last: the outermost, sees them first
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
@@ -194,7 +199,14 @@ def create_app(
         items = []
         for internal, score in answer:
             item = service.external_item(internal)
-            items.append({"item": item, "score": score, "title": service.title(item)})
+            items.append(
+                {
+                    "item": item,
+                    "score": score,
+                    "title": service.title(item),
+                    "category": service.category(item),
+                }
+            )
         return items
 
     def render(query: Resolved, answer: list[tuple[int, float]]) -> dict:
@@ -228,7 +240,8 @@ def create_app(
         for asked, answer in zip(resolved, answers, strict=True):
             item = service.external_item(int(asked.items[0]))
             similar = render_items(answer)
-            results.append({"item": item, "title": service.title(item), "items": similar})
+            described = {"title": service.title(item), "category": service.category(item)}
+            results.append({"item": item, **described, "items": similar})
         return JSONResponse({"results": results, "skipped_items": skipped})
 
     @app.post("/similar", response_model=SimilarItems, responses=ERRORS)
@@ -301,7 +314,11 @@ def app_from_environment() -> FastAPI:
     """The app ``attnsvm serve --workers N`` starts in each worker process (uvicorn's factory),
     configured by the ``ATTNSVM_SERVE_*`` variables the command sets."""
     environ = os.environ
-    service = Recommender(Path(environ["ATTNSVM_SERVE_RUN"]))
+    titles = None
+    if "ATTNSVM_SERVE_TITLES" in environ:
+        columns = environ.get("ATTNSVM_SERVE_TITLE_COLUMNS")
+        titles = read_item_titles(environ["ATTNSVM_SERVE_TITLES"], columns)
+    service = Recommender(Path(environ["ATTNSVM_SERVE_RUN"]), titles)
     return create_app(
         service,
         micro_batching=environ.get("ATTNSVM_SERVE_MICRO_BATCHING", "1") == "1",

@@ -2,7 +2,8 @@
 
 ``Recommender(run_dir)`` loads the run once (``rec.train.runs.load_run``), every user's whole
 history from the run's data (``rec.train.bulk.full_history_task``: the histories ``attnsvm
-recommend --user`` reads) and the item titles where the data has them. Then:
+recommend --user`` reads) and the item titles and categories where the data has them (or
+those given: ``attnsvm serve --titles``). Then:
 
 - ``resolve(query, field)`` checks a query against the run (known user, known items, ``k``
   within the catalogue) and turns external ids into internal ones; a problem is a
@@ -30,9 +31,11 @@ import torch
 from attnsvm.errors import InvalidRequest, shown
 from attnsvm.lens.extract import LensError, float64_copy
 from attnsvm.lens.history import read_history
+from attnsvm.rec.data.item_titles import ItemTitles, match_catalogue
 from attnsvm.rec.data.sequences import EvalTask, Sequences
-from attnsvm.rec.data.titles import find_titles, read_titles
-from attnsvm.rec.eval.ranking import batch_scores, check_no_nan, topk_lower_id_first
+from attnsvm.rec.data.titles import run_titles
+from attnsvm.rec.eval.ranking import batch_scores, check_no_nan
+from attnsvm.rec.eval.topk import topk_lower_id_first
 from attnsvm.rec.train.bulk import full_history_task
 from attnsvm.rec.train.runs import load_run
 from attnsvm.rec.train.scoring import load_interactions
@@ -65,7 +68,7 @@ class Resolved:
 class Recommender:
     """One run's model, catalogue, user histories and titles (see the module docstring)."""
 
-    def __init__(self, run_dir: str | Path) -> None:
+    def __init__(self, run_dir: str | Path, titles: ItemTitles | None = None) -> None:
         self.run = load_run(run_dir)
         config = self.run.config
         data = load_interactions(config.data)
@@ -75,8 +78,11 @@ class Recommender:
         self.item_index = {str(v): i for i, v in enumerate(self.run.item_ids.tolist()) if i > 0}
         self.num_items = len(self.run.item_ids) - 1
         self.popularity = np.bincount(data.item, minlength=self.num_items + 1)
-        path = find_titles(config.data.dataset, config.data.root)
-        self.titles = read_titles(path) if path is not None else {}
+        self.titles = (
+            run_titles(config.data.dataset, config.data.root)
+            if titles is None
+            else match_catalogue(titles, self.run.item_ids)[0]
+        )
         self.extra_inputs = () if self.run.baseline else self.run.model.extra_inputs
         self._model64 = None
         self._model64_lock = threading.Lock()
@@ -101,11 +107,15 @@ class Recommender:
             "test_metrics": metrics.get("test", {}),
             "protocol": metrics.get("protocol"),
             "best_epoch": metrics.get("best_epoch"),
-            "titles": bool(self.titles),
+            "titles": bool(self.titles.titles),
+            "categories": bool(self.titles.categories),
         }
 
     def title(self, item: object) -> str | None:
-        return self.titles.get(str(item))
+        return self.titles.title(item)
+
+    def category(self, item: object) -> str | None:
+        return self.titles.category(item)
 
     def external_item(self, internal: int) -> object:
         return self.run.item_ids[internal].item()

@@ -107,6 +107,7 @@ class Item(BaseModel):
     item: ExternalId
     score: float
     title: str | None = None
+    category: str | None = None
 
 
 class Recommendations(BaseModel):
@@ -123,6 +124,7 @@ class BatchRecommendations(BaseModel):
 class SimilarTo(BaseModel):
     item: ExternalId  # the item asked about
     title: str | None = None
+    category: str | None = None
     items: list[Item]
 
 

@@ -30,6 +30,10 @@ class ServeOptions:
     max_wait_ms: float = 2.0
     threads: int | None = None  # torch intra-op threads per worker (default: attnsvm.process)
     access_log: bool = False
+    # item titles instead of those found beside the run's data: a file, read through
+    # title_columns where given (``attnsvm.rec.data.titles.read_item_titles``)
+    titles: Path | None = None
+    title_columns: str | None = None
 
     def check(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -42,6 +46,8 @@ class ServeOptions:
             raise InvalidRequest(f"max_wait_ms must lie in 0..1000, got {self.max_wait_ms}")
         if self.threads is not None and self.threads < 1:
             raise InvalidRequest(f"threads must be ≥ 1, got {self.threads}")
+        if self.title_columns is not None and self.titles is None:
+            raise InvalidRequest("title columns go with a titles file (--titles FILE)")
 
 
 def is_loopback(host: str) -> bool:
@@ -68,8 +74,18 @@ def serve(
     """Serve ``run_dir`` until interrupted (see the module docstring)."""
     import uvicorn
 
+    from attnsvm.rec.data.item_titles import match_catalogue
+    from attnsvm.rec.data.titles import read_item_titles
+    from attnsvm.rec.train.checkpoint import finished_run, read_id_maps
+
     options.check()
     run_dir = Path(run_dir).resolve()
+    titles = None
+    if options.titles is not None:
+        # read and matched to the run's items before any worker starts: a titles file that
+        # does not fit is one error, not one crashed worker after another
+        titles = read_item_titles(options.titles, options.title_columns)
+        match_catalogue(titles, read_id_maps(finished_run(run_dir))["items"])
     common = {
         "host": options.host,
         "port": options.port,
@@ -90,7 +106,7 @@ def serve(
         if options.threads is not None:
             torch.set_num_threads(options.threads)
         app = create_app(
-            Recommender(run_dir),
+            Recommender(run_dir, titles),
             micro_batching=options.micro_batching,
             max_batch=options.max_batch,
             max_wait=options.max_wait_ms / 1000,
@@ -98,6 +114,10 @@ def serve(
         announce(f"serving {run_dir.name} on {where} (explorer: {where}/, API: {where}/docs)")
         uvicorn.run(app, **common)
         return
+    if options.titles is not None:
+        os.environ["ATTNSVM_SERVE_TITLES"] = str(options.titles.resolve())
+        if options.title_columns is not None:
+            os.environ["ATTNSVM_SERVE_TITLE_COLUMNS"] = options.title_columns
     os.environ.update(
         ATTNSVM_SERVE_RUN=str(run_dir),
         ATTNSVM_SERVE_MICRO_BATCHING="1" if options.micro_batching else "0",

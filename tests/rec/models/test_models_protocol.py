@@ -230,8 +230,8 @@ def test_bad_config_names_the_key() -> None:
         build_model("sasrec", NUM_ITEMS, norm="sandwich")
     with pytest.raises(ValueError, match="not divisible by num_heads"):
         build_model("sasrec", NUM_ITEMS, hidden_size=10, num_heads=3)
-    with pytest.raises(ValueError, match=r"unknown LossConfig key 'negatives'"):
-        LossConfig.from_dict({"negatives": 3})
+    with pytest.raises(ValueError, match=r"unknown LossConfig key 'negative_count'"):
+        LossConfig.from_dict({"negative_count": 3})
     with pytest.raises(ValueError, match=r"LossConfig\.name must be one of"):
         LossConfig(name="hinge")
     with pytest.raises(ValueError, match="unknown model 'sasrex'"):

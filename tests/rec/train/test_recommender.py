@@ -28,7 +28,7 @@ def walks_module(tmp_path_factory):
 
 def test_users_get_the_lists_recommend_gives(fitted):
     table = fitted.recommend(users=["100", "117", 105], k=5)
-    assert table.columns == ["query", "rank", "item", "score", "title"]
+    assert table.columns == ["query", "rank", "item", "score", "title", "category"]
     for user in ("100", "117", "105"):
         mine = table.filter(pl.col("query") == user).sort("rank")["item"].to_list()
         assert mine == [str(i) for i in recommend(fitted.run_dir, user=user, k=5)]

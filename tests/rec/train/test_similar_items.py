@@ -72,7 +72,7 @@ def lists(table: pl.DataFrame) -> dict[str, list[str]]:
 @pytest.mark.parametrize("method", ["next", "cosine"])
 def test_similar_items_equal_a_brute_force_loop(model, trained_run, method):
     table = model.similar_items(ITEMS, k=K, method=method)
-    assert table.columns == ["query", "rank", "item", "score", "title"]
+    assert table.columns == ["query", "rank", "item", "score", "title", "category"]
     for item in ITEMS:
         expected = brute_force(trained_run, item, method)[:K]
         mine = table.filter(pl.col("query") == item)

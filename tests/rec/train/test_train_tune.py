@@ -1,5 +1,6 @@
 """``attnsvm tune``: a 4-trial Optuna study of real runs, its outputs, resuming after a kill,
-and search spaces that name the bad key."""
+search spaces that name the bad key, and the summary: trials ranked by validation alone, and
+no importance plot below the trials an estimate needs."""
 
 from __future__ import annotations
 
@@ -17,7 +18,14 @@ import torch
 from train_helpers import tiny_config
 
 from attnsvm.rec.config import ConfigError, save_config
-from attnsvm.rec.tune import load_space, tune
+from attnsvm.rec.tune import (
+    IMPORTANCE_MIN_TRIALS,
+    best_trial,
+    importance_note,
+    load_space,
+    tune,
+    write_summary,
+)
 
 pytest.importorskip("optuna")
 
@@ -51,7 +59,10 @@ def _rows(out: Path) -> list[str]:
 def _check_study(study, out: Path, trials: int) -> None:
     states = [t.state.name for t in study.trials]
     assert sum(s in ("COMPLETE", "PRUNED") for s in states) == trials
-    assert (out / "importance.png").stat().st_size > 0
+    # four trials are too few for an importance estimate: the summary says so, nothing is drawn
+    assert not (out / "importance.png").exists()
+    complete = states.count("COMPLETE")
+    assert importance_note(complete) in (out / "summary.md").read_text()
     for trial in study.trials:
         if trial.state.name == "COMPLETE":
             run = Path(trial.user_attrs["run_dir"])
@@ -140,3 +151,68 @@ def test_a_killed_study_resumes_and_retries_the_interrupted_trial(walks, tmp_pat
 def test_a_bad_search_space_names_the_key(walks, tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
         load_space(_space(tmp_path, text), tiny_config(walks))
+
+
+def _study_of(trials: list[tuple[str, float, float, float]]):
+    """An in-memory study of finished trials: (state, lr, validation value, test value)."""
+    import optuna
+
+    study = optuna.create_study(direction="maximize")
+    lr = optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)
+    blocks = optuna.distributions.IntDistribution(1, 3)
+    for state, rate, valid, test in trials:
+        params = {"train.lr": rate, "model.num_blocks": 1 + len(study.trials) % 3}
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=optuna.trial.TrialState[state],
+                params=params,
+                distributions={"train.lr": lr, "model.num_blocks": blocks},
+                value=valid if state == "COMPLETE" else None,
+                intermediate_values={1: valid},
+                user_attrs={"test": test, "run_dir": f"trials/trial-{len(study.trials):04d}"},
+            )
+        )
+    return study
+
+
+def _table(out: Path) -> list[list[str]]:
+    rows = [row for row in _rows(out) if row.startswith("| ")]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+
+
+def test_the_summary_ranks_complete_trials_by_validation_alone(tmp_path):
+    # trial 1 has the best test metric, trial 3 (pruned) the best validation seen at its epoch
+    study = _study_of(
+        [
+            ("COMPLETE", 1e-3, 0.20, 0.10),
+            ("COMPLETE", 2e-3, 0.10, 0.90),
+            ("COMPLETE", 3e-3, 0.30, 0.05),
+            ("PRUNED", 4e-3, 0.95, 0.00),
+        ]
+    )
+    write_summary(study, tmp_path, "NDCG@10")
+    table = _table(tmp_path)
+    assert [(row[0], row[1], row[2]) for row in table] == [
+        ("1", "2", "complete"),
+        ("2", "0", "complete"),
+        ("3", "1", "complete"),
+        ("", "3", "pruned"),
+    ]
+    assert best_trial(study).number == 2
+    text = (tmp_path / "summary.md").read_text()
+    assert "best: trial 2" in text and "never ranked" in text
+
+
+def test_no_importance_plot_below_the_trials_an_estimate_needs(tmp_path):
+    few = [("COMPLETE", 10 ** (-1 - k / 4), 0.1 * k, 0.0) for k in range(3)]
+    (tmp_path / "importance.png").write_bytes(b"a plot of an earlier version, from 3 trials")
+    write_summary(_study_of(few), tmp_path, "NDCG@10")
+    assert not (tmp_path / "importance.png").exists()
+    note = importance_note(3)
+    assert note in (tmp_path / "summary.md").read_text()
+    assert f"needs {IMPORTANCE_MIN_TRIALS} complete trials" in note and "3 so far" in note
+
+    enough = [("COMPLETE", 10 ** (-1 - k / 4), 0.05 * k, 0.0) for k in range(IMPORTANCE_MIN_TRIALS)]
+    write_summary(_study_of(enough), tmp_path, "NDCG@10")
+    assert (tmp_path / "importance.png").read_bytes().startswith(b"\x89PNG")
+    assert "importance: not estimated" not in (tmp_path / "summary.md").read_text()

@@ -5,11 +5,11 @@ A prepared dataset lives in the cache directory (``$ATTNSVM_DATA`` or ``~/.cache
 ``download`` fetches the registered URL, verifies its checksum and prepares from it;
 ``prepare`` does the same from a local file, folder or ``.zip``; ``prepare_table`` and
 ``prepare_frame`` store a table of the user's own (a file, a DataFrame) under a name, cleaned as
-asked (``cleaning``), and replace an existing one only when forced; ``load_dataset`` reads the
-cache (or, with ``root``, a folder of raw files such as ``../shared/data``). Every file is
-written to a temporary name and renamed into place, and a table of one's own is written into a
-temporary folder that replaces the old one whole, so an error never leaves a partial file nor a
-table beside another table's meta.json.
+asked (``cleaning``), with its item titles where given (``titles``), and replace an existing one
+only when forced; ``load_dataset`` reads the cache (or, with ``root``, a folder of raw files
+such as ``../shared/data``). Every file is written to a temporary name and renamed into place,
+and a table of one's own is written into a temporary folder that replaces the old one whole, so
+an error never leaves a partial file nor a table beside another table's meta.json or titles.
 
 What each dataset is lives in ``catalog``; finding and verifying its raw file in ``sources``.
 """
@@ -17,6 +17,7 @@ What each dataset is lives in ``catalog``; finding and verifying its raw file in
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -26,7 +27,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from attnsvm._atomic import atomic_path, write_json
+from attnsvm._atomic import atomic_files, atomic_path, write_json
 from attnsvm._files import open_regular, read_json
 from attnsvm.errors import InvalidRequest, UnreadableFile, shown
 from attnsvm.rec.data import readers
@@ -35,6 +36,7 @@ from attnsvm.rec.data.cleaning import Cleaning
 from attnsvm.rec.data.errors import ChecksumError, DataFormatError
 from attnsvm.rec.data.frames import frame_with_report
 from attnsvm.rec.data.interactions import Interactions
+from attnsvm.rec.data.item_titles import TITLES_FILE, ItemTitles, match_catalogue
 from attnsvm.rec.data.sources import RawFile, locate, locate_in_root
 from attnsvm.rec.data.tables import TableLayout, read_with_report
 
@@ -83,12 +85,17 @@ def prepare(
 ) -> Path:
     """Read ``name`` from a local copy, preprocess it and store it in the cache."""
     table, meta = read_raw(name, source_path, verify=verify)
-    target = prepared_path(name, cache_dir)
     stats = table.stats(name)
     meta |= {"users": stats.users, "items": stats.items, "interactions": stats.interactions}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    table.save(target, meta)
-    write_json(target.with_name("meta.json"), meta)
+    return _store(prepared_path(name, cache_dir), table, meta)
+
+
+def _store(target: Path, table: Interactions, meta: dict) -> Path:
+    """``table`` as ``target`` and ``meta`` as the ``meta.json`` beside it: both or neither
+    (the folder keeps anything else, such as the download the table was prepared from)."""
+    with atomic_files(target.parent) as temporary:
+        table.save(temporary(target.name), meta)
+        temporary("meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return target
 
 
@@ -99,14 +106,17 @@ def prepare_table(
     cache_dir: str | Path | None = None,
     *,
     cleaning: Cleaning | None = None,
+    titles: ItemTitles | None = None,
     force: bool = False,
 ) -> Path:
     """Read the user's own table ``source`` as ``layout`` says, clean it as ``cleaning`` says
-    and store it in the cache as ``name`` (replacing an existing ``name`` only with ``force``);
-    meta.json keeps what was read, dropped and cleaned (``attnsvm data stats``)."""
+    and store it in the cache as ``name`` (replacing an existing ``name`` only with ``force``),
+    with ``titles`` (``titles.read_item_titles``) for its items; meta.json keeps what was read,
+    dropped and cleaned and how many items have a title (``attnsvm data stats``)."""
     _check_own_name(name, cache_dir, force)
     table, report = read_with_report(source, layout, cleaning=cleaning)
-    return _store_own(name, table, {"file": str(Path(source).resolve()), "read": report}, cache_dir)
+    meta = {"file": str(Path(source).resolve()), "read": report}
+    return _store_own(name, table, meta, cache_dir, titles)
 
 
 def prepare_frame(
@@ -116,19 +126,21 @@ def prepare_frame(
     cache_dir: str | Path | None = None,
     *,
     cleaning: Cleaning | None = None,
+    titles: ItemTitles | None = None,
     force: bool = False,
 ) -> Path:
     """Store a DataFrame as the dataset ``name``, as ``attnsvm data prepare`` stores a file:
     ``frame`` is a pandas DataFrame, a polars DataFrame or a pyarrow Table and ``columns`` its
     mapping (``{"user": "customer_id", "item": "sku", "time": "ts"}``, see
-    ``frames.read_frame``), cleaned as ``cleaning`` says. Returns the stored
+    ``frames.read_frame``), cleaned as ``cleaning`` says, with ``titles`` for its items
+    (``titles.read_item_titles``, from a file or a DataFrame). Returns the stored
     ``<cache>/<name>/interactions.npz``; from then on ``load_dataset(name, cache_dir=…)``,
     ``load_dataset(<that path>)`` and a run config naming either read it without the frame.
     An existing ``name`` is replaced only with ``force``; ``attnsvm data stats NAME`` shows what
     was read, dropped and cleaned."""
     _check_own_name(name, cache_dir, force)
     table, report = frame_with_report(frame, columns, cleaning)
-    return _store_own(name, table, {"frame": report["format"], "read": report}, cache_dir)
+    return _store_own(name, table, {"frame": report["format"], "read": report}, cache_dir, titles)
 
 
 def _check_own_name(name: str, cache_dir: str | Path | None, force: bool) -> None:
@@ -150,9 +162,19 @@ def _check_own_name(name: str, cache_dir: str | Path | None, force: bool) -> Non
         )
 
 
-def _store_own(name: str, table: Interactions, meta: dict, cache_dir: str | Path | None) -> Path:
-    """``table`` and its meta.json as the cache's folder ``name``: written into a temporary
-    folder beside it, which then takes the place of the old folder (if any) whole."""
+def _store_own(
+    name: str,
+    table: Interactions,
+    meta: dict,
+    cache_dir: str | Path | None,
+    titles: ItemTitles | None = None,
+) -> Path:
+    """``table``, the titles of its items and its meta.json as the cache's folder ``name``:
+    written into a temporary folder beside it, which then takes the place of the old folder
+    (if any) whole, so a name prepared again never keeps the titles of the one before."""
+    if titles is not None:
+        titles, coverage = match_catalogue(titles, table.item_ids)
+        meta["read"]["titles"] = coverage  # shown by `attnsvm data prepare` and `data stats`
     stats = table.stats(name)
     meta = {"dataset": name} | meta
     meta |= {"users": stats.users, "items": stats.items, "interactions": stats.interactions}
@@ -165,6 +187,8 @@ def _store_own(name: str, table: Interactions, meta: dict, cache_dir: str | Path
         os.umask(umask)
         staging.chmod(0o777 & ~umask)  # as a plain mkdir makes it (mkdtemp's is private)
         table.save(staging / target.name, meta)
+        if titles is not None:
+            titles.save(staging / TITLES_FILE)
         write_json(staging / "meta.json", meta)
         if folder.exists():  # a directory is not renamed over another: move the old aside
             replaced = staging.with_suffix(".old")
@@ -244,7 +268,7 @@ def download(name: str, cache_dir: str | Path | None = None, *, progress: bool =
     if dataset.generate is not None:
         table = dataset.generate()
         meta = {"dataset": name, "generated": dataset.description}
-        return table.save(prepared_path(name, cache_dir), meta)
+        return _store(prepared_path(name, cache_dir), table, meta)
     if dataset.url is None:
         raise DataFormatError(
             name,

@@ -193,21 +193,30 @@ def read_item_features(path: str | Path) -> FeatureFile:
     raise DataFormatError(path, f"is not an item feature file this reads ({known})")
 
 
-def find_feature_file(dataset: str, root: str | Path | None = None) -> Path | None:
-    """The feature file beside ``dataset``'s raw data: in its folders under ``root`` or in
-    ``root``, else beside its prepared copy; for a dataset given as a file, beside that file.
-    MovieLens files first, then an S3-Rec attributes file. None if there is none."""
+def item_file_folders(dataset: str, root: str | Path | None = None) -> list[Path]:
+    """Where files about ``dataset``'s items lie, in the order to look: for a registered
+    dataset its folders under ``root`` and ``root``, then its prepared copy's folder; for a file
+    (a prepared ``interactions.npz`` too) its folder; for a table prepared under a name of its
+    own, that table's folder in the cache (never the current directory, which ``Path(name)``
+    would name). The order of ``load_dataset``: an existing path before a prepared name."""
     from attnsvm.rec.data.datasets import prepared_path  # the data layer's loader, imported late
 
-    folders = []
     if dataset in DATASETS:
+        folders = []
         if root is not None:
             folders += [Path(root) / folder for folder in DATASETS[dataset].folders]
             folders.append(Path(root))
-        folders.append(prepared_path(dataset).parent)
-    else:
-        folders.append(Path(dataset).parent)
-    for folder in folders:
+        return [*folders, prepared_path(dataset).parent]
+    if Path(dataset).exists():
+        return [Path(dataset).parent]
+    prepared = prepared_path(dataset)
+    return [prepared.parent] if prepared.exists() else []
+
+
+def find_feature_file(dataset: str, root: str | Path | None = None) -> Path | None:
+    """The feature file beside ``dataset``'s raw data (``item_file_folders``): MovieLens files
+    first, then an S3-Rec attributes file. None if there is none."""
+    for folder in item_file_folders(dataset, root):
         for name in MOVIELENS_FILES:
             if (folder / name).is_file():
                 return folder / name

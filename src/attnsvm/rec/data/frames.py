@@ -266,19 +266,16 @@ def _moment(seconds: float) -> str:
 # -- DataFrames ----------------------------------------------------------------------------
 
 
-def as_polars(frame: object) -> tuple[pl.DataFrame, str]:
-    """``frame`` as a polars DataFrame, and what it was (messages name it); anything but
-    ``ACCEPTED`` is a ``NotATable`` saying what is."""
+def table_kind(frame: object) -> str:
+    """What ``frame`` is ("pandas DataFrame", "polars DataFrame", "pyarrow Table"); anything
+    but ``ACCEPTED`` is a ``NotATable`` saying what is."""
     if isinstance(frame, pl.DataFrame):
-        return frame, "polars DataFrame"
+        return "polars DataFrame"
     if isinstance(frame, pa.Table):
-        try:
-            return pl.DataFrame(pl.from_arrow(frame)), "pyarrow Table"
-        except (pa.ArrowException, pl.exceptions.PolarsError) as error:
-            raise DataFormatError("pyarrow Table", f"cannot be read ({error})") from None
+        return "pyarrow Table"
     pandas = sys.modules.get("pandas")  # a pandas DataFrame exists only once pandas is imported
     if pandas is not None and isinstance(frame, pandas.DataFrame):
-        return _from_pandas(frame), "pandas DataFrame"
+        return "pandas DataFrame"
     kind = type(frame)
     name = (
         kind.__qualname__
@@ -287,6 +284,19 @@ def as_polars(frame: object) -> tuple[pl.DataFrame, str]:
     )
     hint = " (call .collect() on it first)" if isinstance(frame, pl.LazyFrame) else ""
     raise NotATable(f"a table is {ACCEPTED}, not a {name}{hint}")
+
+
+def as_polars(frame: object) -> tuple[pl.DataFrame, str]:
+    """``frame`` as a polars DataFrame, and what it was (``table_kind``; messages name it)."""
+    kind = table_kind(frame)
+    if kind == "polars DataFrame":
+        return frame, kind
+    if kind == "pyarrow Table":
+        try:
+            return pl.DataFrame(pl.from_arrow(frame)), kind
+        except (pa.ArrowException, pl.exceptions.PolarsError) as error:
+            raise DataFormatError("pyarrow Table", f"cannot be read ({error})") from None
+    return _from_pandas(frame), kind
 
 
 def _from_pandas(frame) -> pl.DataFrame:

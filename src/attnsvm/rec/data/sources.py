@@ -21,10 +21,7 @@ from attnsvm._files import open_regular, read_bytes
 from attnsvm.errors import UnreadableFile
 from attnsvm.rec.data.catalog import DatasetSpec, SourceFile
 from attnsvm.rec.data.errors import ChecksumError, DataFormatError
-
-# The largest file read out of an archive: ML-25M's ratings.csv is 678 MB; a member declaring
-# more is refused before a byte is decompressed (a zip bomb expands a few kB to many GB).
-MAX_MEMBER_BYTES = 2**31
+from attnsvm.rec.data.limits import DECOMPRESSED_BYTES
 
 
 @dataclass(frozen=True)
@@ -54,19 +51,15 @@ class RawFile:
 
 
 def _read_member(path: Path, member: str) -> bytes:
-    """An archive member's bytes, refused when encrypted or when it would expand beyond
-    ``MAX_MEMBER_BYTES`` (a zip bomb); the stream stops at the declared size and checks the
-    CRC, so a member cannot expand beyond what its header says."""
+    """An archive member's bytes, refused when encrypted or when it declares more than the cap
+    on decompressed bytes (``limits.DECOMPRESSED_BYTES``: a zip bomb), before a byte is
+    decompressed; the stream stops at the declared size and checks the CRC, so a member cannot
+    expand beyond what its header says."""
     with _zip(path) as archive:
         info = archive.getinfo(member)
         if info.flag_bits & 0x1:
             raise DataFormatError(f"{path}:{member}", "is encrypted: extract it yourself")
-        if info.file_size > MAX_MEMBER_BYTES:
-            raise DataFormatError(
-                f"{path}:{member}",
-                f"would expand to {info.file_size:,} bytes, over the {MAX_MEMBER_BYTES:,} "
-                "accepted from an archive: extract it yourself",
-            )
+        DECOMPRESSED_BYTES.check(f"{path}:{member}", info.file_size, "would expand to")
         with archive.open(info) as stream:
             return stream.read()
 

@@ -24,6 +24,7 @@ import numpy as np
 from attnsvm.rec.data._parse import file_bytes
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.interactions import Interactions
+from attnsvm.rec.data.limits import EXPANDED_EVENTS
 
 
 class _BuiltinsOnly(pickle.Unpickler):
@@ -75,19 +76,32 @@ def sessions_from_samples(prefixes: list, labels: list, path: str | Path) -> lis
     return sessions
 
 
+def _check_expansion(path: str | Path, rows: object, name: str, plural: str) -> None:
+    """Each of ``rows`` a non-empty list, and their lengths within ``limits.EXPANDED_EVENTS``,
+    counted before any row is read: a pickle may hold one list by reference many times."""
+    if not isinstance(rows, list):
+        raise DataFormatError(path, f"its {plural} are not a list")
+    total = 0
+    for index, row in enumerate(rows, start=1):
+        if not isinstance(row, list) or not row:
+            raise DataFormatError(path, f"{name} {index} is empty or not a list of item ids")
+        total += len(row)
+    EXPANDED_EVENTS.check(path, total, f"its {plural} expand to")
+
+
 def read_srgnn_pickle(path: str | Path, data: bytes | None = None) -> Interactions:
     """A pickled SR-GNN session file (a list of sessions, or a test file's ``(prefixes,
     labels)``) as one row per session; session ids are the 1-based session count."""
     value = load_builtins(path, file_bytes(path, data))
     if isinstance(value, tuple) and len(value) == 2:
+        _check_expansion(path, value[0], "prefix", "prefixes")
         sessions = sessions_from_samples(*value, path)
     elif isinstance(value, list):
         sessions = value
     else:
         raise DataFormatError(path, "holds neither a list of sessions nor (prefixes, labels)")
+    _check_expansion(path, sessions, "session", "sessions")
     for index, session in enumerate(sessions, start=1):
-        if not isinstance(session, list) or not session:
-            raise DataFormatError(path, f"session {index} is empty or not a list of item ids")
         if not all(type(item) is int and 0 < item < 2**63 for item in session):
             raise DataFormatError(
                 path, f"session {index} holds an item id that is not an int64 > 0"

@@ -28,6 +28,7 @@ from attnsvm.rec.data.cleaning import Cleaning
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.frames import Rows, column_mapping, frame_rows, interactions_of
 from attnsvm.rec.data.interactions import Interactions
+from attnsvm.rec.data.limits import DECOMPRESSED_BYTES
 
 FORMATS = ("csv", "tsv", "parquet")
 _SEPARATOR_WORDS = {"\\t": "\t", "tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
@@ -108,14 +109,26 @@ def read_with_report(
     separator, header, mapping, rows, the rows dropped by reason (a mapped value missing), what
     each cleaning step removed and how the times were read (``frames.interactions_of``)."""
     cleaning = cleaning or Cleaning()
+    rows, report = table_rows(path, layout, data, cleaning)
+    table, read = interactions_of(rows, layout.time_unit, cleaning)
+    return table, report | read
+
+
+def table_rows(
+    path: str | Path,
+    layout: TableLayout,
+    data: bytes | None = None,
+    cleaning: Cleaning | None = None,
+) -> tuple[Rows, dict]:
+    """The rows of the file ``layout`` describes, by role and untyped (any roles: the item
+    titles' reader maps its own), and how the file was read: format, compression, mapping and,
+    for CSV and TSV, separator and header."""
+    cleaning = cleaning or Cleaning()
     data = file_bytes(path, data)
     name = str(path).removesuffix(".gz")
     compressed = data.startswith(b"\x1f\x8b")
     if compressed:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as error:
-            raise DataFormatError(path, f"is a damaged gzip file ({error})") from None
+        data = _gunzip(path, data)
     kind = layout.format or next((f for f in FORMATS if name.endswith(f".{f}")), "tsv")
     report = {
         "format": kind,
@@ -126,8 +139,22 @@ def read_with_report(
         rows = frame_rows(str(path), _parquet(path, data), layout.columns, cleaning)
     else:
         rows = _delimited_rows(path, data, layout, kind, cleaning, report)
-    table, read = interactions_of(rows, layout.time_unit, cleaning)
-    return table, report | read
+    return rows, report
+
+
+def _gunzip(path: str | Path, data: bytes) -> bytes:
+    """``data`` decompressed a block at a time, refused as soon as it passes the cap on
+    decompressed bytes (``limits.DECOMPRESSED_BYTES``: a gzip bomb)."""
+    blocks, size = [], 0
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+            while block := stream.read(1 << 20):
+                size += len(block)
+                DECOMPRESSED_BYTES.check(path, size, "decompresses to at least")
+                blocks.append(block)
+    except (OSError, EOFError, zlib.error) as error:
+        raise DataFormatError(path, f"is a damaged gzip file ({error})") from None
+    return b"".join(blocks)
 
 
 def _parquet(path: str | Path, data: bytes) -> pl.DataFrame:

@@ -3,7 +3,10 @@
 A model is seen only through a score function ``score_fn(rows) -> (len(rows), num_items + 1)``
 tensor; column 0 is padding and is never recommended. The ranker owns the returned tensor and
 modifies it in place. Only one batch of scores exists at a time, so memory is
-batch × items, never users × items.
+batch × items, never users × items. A score function may also hand its scores over as blocks
+(``ScoreBlock``: a model's length groups, each scored a range of items at a time), so that
+nothing is copied to put rows back in order and, over a large catalogue, only a range of a
+block's scores exists at a time (``item_ranges``); the ranking is the same either way.
 
 Rules (each is tested against a brute-force reference):
 
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import json
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +36,9 @@ from attnsvm._atomic import atomic_path, write_bytes
 from attnsvm._files import open_regular, read_text
 from attnsvm.errors import UnreadableFile, cut
 from attnsvm.rec.data.sequences import EvalTask, Sequences
+from attnsvm.rec.eval.exclusions import Exclusions
 from attnsvm.rec.eval.metrics import check_ks, metrics_from_topk
+from attnsvm.rec.eval.topk import first_by_score_then_id, top_by_score_then_id
 
 ScoreFn = Callable[[np.ndarray], torch.Tensor]
 
@@ -74,39 +79,95 @@ def csr_block(seqs: Sequences, start: int, stop: int) -> tuple[np.ndarray, np.nd
     return local_rows, seqs.items[lo:hi]
 
 
-def mask_batch(
-    scores: torch.Tensor, task: EvalTask, start: int, stop: int, exclude_seen: bool
-) -> None:
-    """Set padding and (optionally) excluded items to -inf in place, keeping the targets."""
-    scores[:, 0] = -torch.inf
-    if not exclude_seen:
-        return
-    device = scores.device
-    t_rows, t_items = (torch.from_numpy(a).to(device) for a in csr_block(task.targets, start, stop))
-    e_rows, e_items = (torch.from_numpy(a).to(device) for a in csr_block(task.exclude, start, stop))
-    target_scores = scores[t_rows, t_items]
-    scores[e_rows, e_items] = -torch.inf
-    scores[t_rows, t_items] = target_scores
+@dataclass(frozen=True)
+class ScoreBlock:
+    """Rows of one batch that a score function scores together: ``positions`` index the batch's
+    rows, and ``scores(start, stop)`` gives their ``(len(positions), stop − start)`` scores of
+    item ids ``start..stop − 1`` as a tensor the ranker may modify in place. A model's scores
+    come as one block per length group (``scoring.ModelScores``), so no score is copied back
+    into its batch's order, and item range by item range, so a block's scores over a large
+    catalogue never exist all at once."""
+
+    positions: np.ndarray
+    scores: Callable[[int, int], torch.Tensor]
 
 
-def topk_lower_id_first(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k (scores, item ids) per row ordered by (score desc, id asc); -inf entries get id 0."""
-    values, ids = torch.topk(scores, k + 1, dim=1)
-    # topk keeps an arbitrary subset of the items tied at the k-th score. A tie crosses the
-    # boundary exactly when the (k+1)-th score equals the k-th; those rows are re-ranked by a
-    # full stable sort (exact, and rare for real models).
-    boundary = values[:, k - 1]
-    ambiguous = torch.nonzero((values[:, k] == boundary) & (boundary > -torch.inf))[:, 0]
-    values, ids = values[:, :k], ids[:, :k]
-    if ambiguous.numel():
-        order = torch.sort(scores[ambiguous], dim=1, descending=True, stable=True).indices
-        ids[ambiguous] = order[:, :k]
-        values[ambiguous] = torch.gather(scores[ambiguous], 1, ids[ambiguous])
-    # order within the kept set: by id, then stably by score, so ties read lower id first
-    ids, by_id = torch.sort(ids, dim=1)
-    values = torch.gather(values, 1, by_id)
-    values, by_score = torch.sort(values, dim=1, descending=True, stable=True)
-    ids = torch.gather(ids, 1, by_score)
+def score_blocks(score_fn: ScoreFn, rows: np.ndarray, num_items: int) -> Iterable[ScoreBlock]:
+    """``score_fn``'s own blocks for ``rows`` where it has them (a ``blocks`` method, as
+    ``scoring.ModelScores``), else one block over the whole batch, scored by one call."""
+    blocks = getattr(score_fn, "blocks", None)
+    if blocks is not None:
+        return blocks(rows)
+    scores = batch_scores(score_fn, rows, num_items)
+    return [ScoreBlock(np.arange(rows.size), lambda start, stop: scores[:, start:stop])]
+
+
+#: up to this many scores (rows × catalogue) a block is scored and ranked over the whole
+#: catalogue at once, exactly as before ranges existed (every dataset in ../shared/data: at
+#: most 512 × 54,543); beyond, in ranges of items
+SCORE_WHOLE_ELEMENTS = 2**25
+#: scores in one range: at most this many exist at once, and a range stays below glibc's mmap
+#: threshold (``attnsvm.process``), so its buffer is reused instead of page-faulting in afresh
+SCORE_RANGE_ELEMENTS = 2**22
+#: ranges hold a multiple of this many items (the tile of ``scoring.SCORE_TILE_ITEMS``)
+SCORE_RANGE_ALIGN = 4096
+
+
+def item_ranges(rows: int, num_items: int, item_chunk: int | None = None) -> list[tuple[int, int]]:
+    """``(start, stop)`` item-id ranges covering ``0..num_items`` that a block of ``rows`` rows
+    is ranked in: ``item_chunk`` items each where given, else the whole catalogue at once while
+    the block holds at most ``SCORE_WHOLE_ELEMENTS`` scores, else ranges of an aligned width
+    holding about ``SCORE_RANGE_ELEMENTS``."""
+    width = num_items + 1
+    if item_chunk is not None:
+        if item_chunk < 1:
+            raise ValueError(f"item_chunk={item_chunk} must be >= 1")
+        width = item_chunk
+    elif rows * (num_items + 1) > SCORE_WHOLE_ELEMENTS:
+        fitting = SCORE_RANGE_ELEMENTS // rows
+        width = max(SCORE_RANGE_ALIGN, fitting - fitting % SCORE_RANGE_ALIGN)
+    return [(start, min(start + width, num_items + 1)) for start in range(0, num_items + 1, width)]
+
+
+def rank_block(
+    block: ScoreBlock,
+    exclusions: Exclusions,
+    num_items: int,
+    k: int,
+    item_chunk: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A block's top-k ``(scores, item ids)`` over items 1..num_items, ids 0 at -inf, with its
+    batch's ``exclusions`` applied. Ranked range by range (``item_ranges``): every range's own
+    top-k by (score desc, id asc) is merged into the running top-k, which is exactly the top-k
+    of the whole row since that order is total (no two items share an id)."""
+    rows = block.positions.size
+    mine = exclusions.of_block(block.positions)
+    ranges = item_ranges(rows, num_items, item_chunk)
+    if len(ranges) > 1:
+        mine = mine.by_item()
+    best: tuple[torch.Tensor, torch.Tensor] | None = None
+    for start, stop in ranges:
+        scores = block.scores(start, stop)
+        if not isinstance(scores, torch.Tensor) or scores.shape != (rows, stop - start):
+            shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores)
+            raise ValueError(
+                f"a score block returned {shape} for items {start}..{stop - 1}; "
+                f"expected ({rows}, {stop - start})"
+            )
+        if not scores.is_floating_point():
+            scores = scores.to(torch.float64)
+        if start == 0:
+            scores[:, 0] = -torch.inf  # the padding id
+        (mine.within(start, stop) if len(ranges) > 1 else mine).apply(scores, start)
+        values, ids = top_by_score_then_id(scores, k)
+        if start:
+            ids += start
+        if best is not None:
+            values = torch.cat([best[0], values], dim=1)
+            ids = torch.cat([best[1], ids], dim=1)
+            values, ids = first_by_score_then_id(values, ids, k)
+        best = values, ids
+    values, ids = best
     return values, ids.masked_fill_(values == -torch.inf, 0)
 
 
@@ -118,12 +179,16 @@ def rank_topk(
     *,
     batch_size: int = 1024,
     exclude_seen: bool = True,
+    item_chunk: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
     """``(len(task), k)`` int64 item ids, best first, ranking the whole catalogue 1..num_items.
 
     Rows are scored in batches of similar history length (longest first), so a score function
     that trims the padding its batch does not need (:func:`trim_padding`) computes little of it;
-    each row's result does not depend on its batch.
+    each row's result does not depend on its batch. ``item_chunk`` fixes the width of the item
+    ranges a batch is ranked in (``item_ranges``; the result does not depend on it);
+    ``progress(done, total)`` is called as rows are ranked.
     """
     if not 1 <= k <= num_items:
         raise ValueError(f"k={k} must be in 1..num_items={num_items}")
@@ -131,10 +196,20 @@ def rank_topk(
         raise ValueError(f"batch_size={batch_size} must be >= 1")
     check_item_ids(task, num_items)
     out = np.zeros((len(task), k), dtype=np.int64)
+    done = 0
     for rows, ids, _ in ranked_batches(
-        score_fn, task, num_items, k, batch_size=batch_size, exclude_seen=exclude_seen
+        score_fn,
+        task,
+        num_items,
+        k,
+        batch_size=batch_size,
+        exclude_seen=exclude_seen,
+        item_chunk=item_chunk,
     ):
         out[rows] = ids.cpu().numpy()
+        done += rows.size
+        if progress is not None:
+            progress(done, len(task))
     return out
 
 
@@ -146,26 +221,31 @@ def ranked_batches(
     *,
     batch_size: int = 1024,
     exclude_seen: bool = True,
+    item_chunk: int | None = None,
 ) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
-    """``(rows, item ids (B, k), scores (B, k))`` per batch of task rows, longest histories
-    first (ids 0 where fewer than k items are rankable); the caller has checked ``k`` and
-    ``batch_size``. ``rank_topk`` keeps the ids; bulk recommendation keeps the scores too."""
+    """``(rows, item ids (B, k), scores (B, k))`` per block of task rows (``score_blocks``; a
+    batch, or a length group of one), longest histories first (ids 0 where fewer than k items
+    are rankable); the caller has checked ``k`` and ``batch_size``. ``rank_topk`` keeps the ids;
+    bulk recommendation keeps the scores too. Only the rows' metadata is put in batch order:
+    scores stay where the score function wrote them."""
     order = np.argsort(-task.history.lengths, kind="stable")
-    ordered = EvalTask(
-        task.users[order],
-        task.history.select(order),
-        task.targets.select(order),
-        task.exclude.select(order),
-    )
+    # the rows' exclusion lists put in batch order once: metadata, where the scores never move
+    exclude = task.exclude.select(order) if exclude_seen else None
+    targets = task.targets.select(order) if exclude_seen else None
     with torch.inference_mode():
         for start in range(0, len(task), batch_size):
             stop = min(start + batch_size, len(task))
             rows = order[start:stop]
-            scores = batch_scores(score_fn, rows, num_items)
-            mask_batch(scores, ordered, start, stop, exclude_seen)
-            values, ids = topk_lower_id_first(scores, k)
-            check_no_nan(values[:, 0], rows)
-            yield rows, ids, values
+            exclusions = (
+                Exclusions(*csr_block(exclude, start, stop), *csr_block(targets, start, stop))
+                if exclude_seen
+                else Exclusions.none()
+            )
+            for block in score_blocks(score_fn, rows, num_items):
+                values, ids = rank_block(block, exclusions, num_items, k, item_chunk)
+                block_rows = rows[block.positions]
+                check_no_nan(values[:, 0], block_rows)
+                yield block_rows, ids, values
 
 
 def trim_padding(windows: np.ndarray) -> np.ndarray:

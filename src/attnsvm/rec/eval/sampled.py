@@ -27,8 +27,8 @@ from attnsvm.rec.eval.ranking import (
     check_item_ids,
     check_no_nan,
     csr_block,
-    topk_lower_id_first,
 )
+from attnsvm.rec.eval.topk import topk_lower_id_first
 
 SAMPLERS = ("uniform", "popularity")
 

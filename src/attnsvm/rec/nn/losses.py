@@ -24,35 +24,30 @@ nothing to BCE/gBCE and get logit −∞ in sampled softmax, as in TensorFlow's
   logit, **the positive's included**, becomes ``s − log q`` (the log-q correction of Jean et al.
   2015 / Yi et al. 2019; it removes the bias of sampling popular items more often). With
   uniform negatives log q is constant and the correction changes nothing.
-- ``full_ce_loss``: softmax cross-entropy over the whole catalogue (the padding item 0 excluded).
-  ``chunk_size`` bounds memory: logits exist only for ``chunk_size`` rows at a time (see
-  ``_ChunkedCrossEntropy``), so memory grows as chunk_size × items, never N × items.
+- ``full_ce_loss``: softmax cross-entropy over the whole catalogue (the padding item 0 excluded),
+  its memory bounded by row and item chunks (``attnsvm.rec.nn.full_ce``).
 
 ``LossConfig`` names the loss a run trains with and its sampling; ``LossConfig.compute`` is the
-one dispatch from that name to the functions above.
+one dispatch from that name to the functions above, and ``LossConfig.shared_negatives`` draws a
+step's negatives shared by all its positions (from the sampler, the batch's targets or both)
+with their log-q correction.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from attnsvm.rec.config_base import Config
+from attnsvm.rec.nn.full_ce import check_inputs, full_ce_loss
 
-
-def _check(hidden: torch.Tensor, positives: torch.Tensor, embedding: torch.Tensor) -> None:
-    if hidden.ndim != 2 or embedding.ndim != 2 or hidden.shape[1] != embedding.shape[1]:
-        raise ValueError(
-            f"hidden (N, D) and embedding (items + 1, D) disagree: {tuple(hidden.shape)} "
-            f"vs {tuple(embedding.shape)}"
-        )
-    if hidden.shape[0] == 0:
-        raise ValueError("no target positions: hidden has 0 rows")
-    if positives.shape != hidden.shape[:1]:
-        raise ValueError(f"positives has shape {tuple(positives.shape)}, expected ({len(hidden)},)")
+if TYPE_CHECKING:
+    from attnsvm.rec.data.samplers import PopularitySampler, UniformSampler
 
 
 def _sampled_logits(
@@ -63,12 +58,16 @@ def _sampled_logits(
     bias: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(s⁺ (N,), s⁻ (N, k), hit (N, k))``; ``hit`` marks negatives equal to the positive."""
-    _check(hidden, positives, embedding)
-    positive_logits = (hidden * embedding[positives]).sum(-1)
+    check_inputs(hidden, positives, embedding)
     if negatives.ndim == 1:
-        negative_logits = hidden @ embedding[negatives].T
+        # one gather for positives and negatives: its backward fills one dense gradient of the
+        # whole table, not two (over a large catalogue such fills are much of a step)
+        rows = embedding[torch.cat([positives, negatives])]
+        positive_logits = (hidden * rows[: len(positives)]).sum(-1)
+        negative_logits = hidden @ rows[len(positives) :].T
         hit = negatives[None, :] == positives[:, None]
     elif negatives.ndim == 2 and negatives.shape[0] == hidden.shape[0]:
+        positive_logits = (hidden * embedding[positives]).sum(-1)
         negative_logits = torch.einsum("nd,nkd->nk", hidden, embedding[negatives])
         hit = negatives == positives[:, None]
     else:
@@ -143,135 +142,36 @@ def sampled_softmax_loss(
     return (torch.logsumexp(logits, dim=1) - positive_logits).mean()
 
 
-class _ChunkedCrossEntropy(torch.autograd.Function):
-    """Mean softmax CE over all items, chunked over rows, gradients computed in the forward pass.
-
-    For a chunk of rows, ``∂loss/∂logits = (softmax − onehot) / N`` is known as soon as the logits
-    are, so the forward pass accumulates ``∂/∂hidden`` (N, D), ``∂/∂embedding`` and ``∂/∂bias``
-    chunk by chunk and frees each chunk's logits; backward only scales them by the incoming
-    gradient. Three matmuls per chunk, as for the naive loss, but peak memory chunk_size × items.
-
-    ``matmul_dtype=torch.bfloat16`` (under bf16 autocast) runs the three matmuls on bfloat16
-    copies of their operands, which the CPU's bf16 units (AVX-512-BF16, AMX) multiply several
-    times faster than float32 (the logits matmul of SASRec+ on ML-1M: 1.0 against 6.5 ms a
-    chunk on an AVX-512-BF16 EPYC); the softmax, the loss and every accumulator stay float32,
-    and the parameters are the caller's float32 masters.
-    """
-
-    @staticmethod
-    def forward(ctx, hidden, positives, embedding, bias, chunk_size, matmul_dtype=None):
-        need_hidden, _, need_embedding, need_bias, _, _ = ctx.needs_input_grad
-        need_any = need_hidden or need_embedding or need_bias
-        rows = hidden.shape[0]
-        # float32 accumulation (float64 kept for reference checks), whatever autocast produced
-        acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
-        low = matmul_dtype if matmul_dtype is not None and acc == torch.float32 else acc
-        weight = embedding.to(low)  # the bf16 path multiplies only bf16 copies
-        grad_hidden = torch.empty_like(hidden, dtype=acc) if need_hidden else None
-        grad_embedding = torch.zeros_like(weight, dtype=acc) if need_embedding else None
-        grad_bias = torch.zeros_like(bias, dtype=acc) if need_bias else None
-        total = hidden.new_zeros((), dtype=acc)
-        # one logits buffer reused by every chunk: fresh large allocations page-fault on CPU
-        buffer = hidden.new_empty((min(chunk_size, rows), weight.shape[0]), dtype=acc)
-        for start in range(0, rows, chunk_size):
-            h = hidden[start : start + chunk_size].to(low)
-            target = positives[start : start + chunk_size]
-            if low == acc:
-                logits = torch.mm(h, weight.T, out=buffer[: len(h)])
-            else:
-                logits = buffer[: len(h)].copy_(torch.mm(h, weight.T))
-            if bias is not None:
-                logits += bias.to(acc)
-            logits[:, 0] = float("-inf")
-            target_logits = logits.gather(1, target[:, None]).squeeze(1)
-            peak = logits.amax(dim=1, keepdim=True)
-            probs = logits.sub_(peak).exp_()  # in place: unnormalised softmax of the chunk
-            norm = probs.sum(dim=1)
-            total += (peak.squeeze(1) + norm.log() - target_logits).sum()
-            if need_any:
-                grad_logits = probs.div_(norm[:, None] * rows)
-                grad_logits[torch.arange(len(target), device=target.device), target] -= 1.0 / rows
-                if low != acc:
-                    grad_low = grad_logits.to(low)
-                    if need_hidden:
-                        grad_hidden[start : start + chunk_size] = torch.mm(grad_low, weight)
-                    if need_embedding:
-                        grad_embedding += torch.mm(grad_low.T, h)
-                else:
-                    if need_hidden:
-                        torch.mm(grad_logits, weight, out=grad_hidden[start : start + chunk_size])
-                    if need_embedding:
-                        grad_embedding.addmm_(grad_logits.T, h)
-                if need_bias:
-                    grad_bias += grad_logits.sum(0)
-        ctx.save_for_backward(
-            *(
-                g if g is not None else torch.empty(0)
-                for g in (grad_hidden, grad_embedding, grad_bias)
-            )
-        )
-        ctx.dtypes = (hidden.dtype, embedding.dtype, None if bias is None else bias.dtype)
-        return total / rows
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        grad_hidden, grad_embedding, grad_bias = ctx.saved_tensors
-        need_hidden, _, need_embedding, need_bias, _, _ = ctx.needs_input_grad
-        hidden_dtype, embedding_dtype, bias_dtype = ctx.dtypes
-        return (
-            (grad_hidden * grad_output).to(hidden_dtype) if need_hidden else None,
-            None,
-            (grad_embedding * grad_output).to(embedding_dtype) if need_embedding else None,
-            (grad_bias * grad_output).to(bias_dtype) if need_bias else None,
-            None,
-            None,
-        )
-
-
-def full_ce_loss(
-    hidden: torch.Tensor,
-    positives: torch.Tensor,
-    embedding: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    chunk_size: int | None = None,
-) -> torch.Tensor:
-    """Softmax CE over items 1..num_items; ``chunk_size=None`` materialises all N × items logits.
-    Under CPU bf16 autocast the chunked loss multiplies in bfloat16 (see ``_ChunkedCrossEntropy``),
-    as autocast would if the loss were built from its ops."""
-    _check(hidden, positives, embedding)
-    if chunk_size is None:
-        logits = hidden @ embedding.T
-        if bias is not None:
-            logits = logits + bias
-        logits[:, 0] = float("-inf")
-        return F.cross_entropy(logits, positives)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
-    device = hidden.device.type
-    low = None
-    if torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16:
-        low = torch.bfloat16
-    return _ChunkedCrossEntropy.apply(hidden, positives, embedding, bias, chunk_size, low)
-
-
 LOSS_NAMES = ("bce", "sampled_softmax", "ce", "gbce")
 SAMPLERS = ("uniform", "popularity")
+#: where a sampled loss's negatives come from (``LossConfig.negatives``)
+NEGATIVE_SOURCES = ("per_position", "shared", "in_batch", "mixed")
 
 
 @dataclass(frozen=True)
 class LossConfig(Config):
     """Which loss the trainer optimises and how it samples negatives (``attnsvm.rec.nn.losses``).
 
-    ``num_negatives`` is per target position for bce/gbce/sampled_softmax and unused by ``ce``;
-    ``logq_correction`` applies to sampled_softmax; ``ce_chunk_size`` rows of logits at a time for
-    ``ce`` (None: all at once). ``negatives_avoid_row`` keeps every item of a training row (its
-    window's inputs and targets) out of that row's negatives, as Klenitskiy & Vasilev's sampler
-    does (SASRec's avoids the user's whole training sequence, the same for windows that hold all
-    of it); by default only the positive itself is avoided. ``scale`` multiplies the loss (2 with
-    BCE and one negative gives the official SASRec codes' unhalved sum ``softplus(−s⁺) +
-    softplus(s⁻)``; 0 leaves only the model's auxiliary terms, as a pre-training stage that
-    trains on them alone). ``last_targets = k`` counts only the targets at the last k positions
-    of each window (BiCAT's ``clip_k``); None counts them all.
+    ``num_negatives`` is per target position for bce/gbce/sampled_softmax (per step where they
+    are shared, ``negatives`` below) and unused by ``ce``; ``logq_correction`` applies to
+    sampled_softmax; ``ce_chunk_size`` rows of logits at a time for ``ce`` (None: all at once).
+    ``negatives_avoid_row`` keeps every item of a training row (its window's inputs and targets)
+    out of that row's negatives, as Klenitskiy & Vasilev's sampler does (SASRec's avoids the
+    user's whole training sequence, the same for windows that hold all of it); by default only
+    the positive itself is avoided. ``scale`` multiplies the loss (2 with BCE and one negative
+    gives the official SASRec codes' unhalved sum ``softplus(−s⁺) + softplus(s⁻)``; 0 leaves
+    only the model's auxiliary terms, as a pre-training stage that trains on them alone).
+    ``last_targets = k`` counts only the targets at the last k positions of each window (BiCAT's
+    ``clip_k``); None counts them all.
+
+    ``negatives`` says where a sampled loss's ``num_negatives`` negatives come from:
+    ``per_position`` (default) draws them for every target position, the positive excluded;
+    the others draw one set per step that every position of the batch shares, so the loss is
+    one ``(positions × d) @ (d × k)`` product (``shared_negatives``): ``shared`` from the
+    sampler, ``in_batch`` from the batch's own targets, ``mixed`` half from each. A shared
+    negative equal to a position's positive is masked for that position. ``ce_item_chunk``
+    items at a time for ``ce`` (None: every item at once), with ``ce_chunk_size`` rows: the
+    logits of one tile at a time, whatever the catalogue (``_ItemChunkedCrossEntropy``).
     """
 
     name: str = "ce"
@@ -288,9 +188,32 @@ class LossConfig(Config):
     l2_emb: float = 0.0
     scale: float = 1.0
     last_targets: int | None = None
+    negatives: str = "per_position"
+    ce_item_chunk: int | None = None
 
     def __post_init__(self) -> None:
         self._choice("name", LOSS_NAMES)
+        self._choice("negatives", NEGATIVE_SOURCES)
+        if self.negatives != "per_position":
+            if self.name == "ce":
+                raise ValueError(
+                    f"LossConfig.negatives = {self.negatives!r} needs a sampled loss "
+                    "(bce, gbce, sampled_softmax); ce scores every item"
+                )
+            if self.negatives_avoid_row:
+                raise ValueError(
+                    "LossConfig.negatives_avoid_row needs negatives = 'per_position': a shared "
+                    "set cannot avoid every row's own items"
+                )
+        if self.negatives == "mixed" and self.num_negatives < 2:
+            raise ValueError(
+                "LossConfig.negatives = 'mixed' draws half of num_negatives from the sampler "
+                f"and half from the batch: num_negatives must be ≥ 2, got {self.num_negatives}"
+            )
+        if self.ce_item_chunk is not None and self.ce_item_chunk < 1:
+            raise ValueError(
+                f"LossConfig.ce_item_chunk must be ≥ 1 or None, got {self.ce_item_chunk}"
+            )
         if not (self.scale >= 0 and math.isfinite(self.scale)):
             raise ValueError(f"LossConfig.scale must be a finite number ≥ 0, got {self.scale}")
         if self.last_targets is not None and self.last_targets < 1:
@@ -323,7 +246,9 @@ class LossConfig(Config):
     ) -> torch.Tensor:
         """This loss on gathered positions; ``log_q`` (items + 1,) is used iff logq_correction."""
         if self.name == "ce":
-            return full_ce_loss(hidden, positives, embedding, bias, self.ce_chunk_size)
+            return full_ce_loss(
+                hidden, positives, embedding, bias, self.ce_chunk_size, self.ce_item_chunk
+            )
         if negatives is None:
             raise ValueError(f"loss {self.name!r} needs sampled negatives")
         if self.name == "bce":
@@ -335,3 +260,41 @@ class LossConfig(Config):
         return sampled_softmax_loss(
             hidden, positives, embedding, negatives, bias, log_q if self.logq_correction else None
         )
+
+    def shared_negatives(
+        self,
+        sampler: UniformSampler | PopularitySampler,
+        targets: torch.Tensor | np.ndarray,
+        sampler_log_q: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One step's ``(num_negatives,)`` negatives shared by all its target positions, and the
+        ``log_q`` (items + 1,) that ``compute`` corrects them with (None without
+        ``logq_correction``).
+
+        ``targets`` are the step's target items (every one of the global batch, so every process
+        draws the same set). ``shared``: k draws from ``sampler`` (whose log-probabilities are
+        ``sampler_log_q``); ``in_batch``: k draws of a target occurrence, so an item is drawn in
+        proportion to its count c among the N targets; ``mixed``: ⌈k/2⌉ and ⌊k/2⌋ of each. The
+        correction is the log of each item's expected number of draws, ``log(k₁ q + k₂ c / N)``:
+        for one source a constant shift of log q (which the softmax ignores), for two the
+        balance-heuristic weight of a sample drawn from both. Draws use ``sampler.rng``, so the
+        run's seed fixes them.
+        """
+        if self.negatives == "per_position":
+            raise ValueError("negatives = 'per_position' draws per position: use the sampler")
+        pool = np.asarray(torch.as_tensor(targets).reshape(-1).cpu(), dtype=np.int64)
+        k = self.num_negatives
+        from_sampler = {"shared": k, "in_batch": 0, "mixed": k - k // 2}[self.negatives]
+        from_batch = k - from_sampler
+        drawn = [np.asarray(sampler.draw(from_sampler), dtype=np.int64)]
+        drawn.append(pool[sampler.rng.integers(0, pool.size, size=from_batch)])
+        negatives = torch.from_numpy(np.concatenate(drawn))
+        if not self.logq_correction:
+            return negatives, None
+        if not from_batch:
+            return negatives, sampler_log_q
+        expected = from_batch * np.bincount(pool, minlength=len(sampler_log_q)) / pool.size
+        if from_sampler:
+            expected = expected + from_sampler * np.exp(sampler_log_q.double().numpy())
+        with np.errstate(divide="ignore"):  # items never drawn: −∞, never read
+            return negatives, torch.from_numpy(np.log(expected)).to(sampler_log_q.dtype)

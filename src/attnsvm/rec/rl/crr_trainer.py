@@ -33,8 +33,9 @@ from attnsvm._atomic import write_json
 from attnsvm.rec.config import ConfigError, RunConfig, load_config, validate
 from attnsvm.rec.data.batches import make_batch, make_examples
 from attnsvm.rec.models import resolve
+from attnsvm.rec.models.registry import lookup
 from attnsvm.rec.rl.crr import CRRConfig, Networks, crr_losses, polyak, target_copy
-from attnsvm.rec.rl.rated import rated_metrics, target_ratings
+from attnsvm.rec.rl.rated import STAGES, rated_metrics, target_ratings
 from attnsvm.rec.train import distributed
 from attnsvm.rec.train.checkpoint import (
     WEIGHTS,
@@ -57,6 +58,11 @@ def crr_run_config(stage1: str | Path, overrides: dict[str, Any] | None = None) 
     """The stage-1 run's config with stage 2's train section and ``init_from`` = stage 1."""
     path = finished_run(stage1)
     config = load_config(path / "config.json")
+    if lookup(config.model.name).baseline:
+        raise ConfigError(
+            f"{path}: a {config.model.name!r} baseline run has no network to start from; CRR "
+            "stage 2 needs a causal model's run (sasrec+, …)"
+        )
     train = dataclasses.replace(
         config.train, **{**CRR_TRAIN, **(overrides or {}), "init_from": str(path.resolve())}
     )
@@ -83,6 +89,14 @@ def train_crr(config: RunConfig, crr: CRRConfig, run_dir: str | Path, *, log=pri
         raise ConfigError(f"CRR's transitions need a causal model; {name!r} is {actor.objective}")
     check_inputs_available(actor, split, config.data.dataset)
     warm = init_from(actor, config.train.init_from, split.item_ids, strict=True)
+    # checked before the run directory exists: a threshold no target reaches averages nothing
+    targets = {stage: target_ratings(config.data, getattr(split, stage), stage) for stage in STAGES}
+    for stage, rated in targets.items():
+        if not (rated >= crr.like_threshold).any():
+            raise ConfigError(
+                f"crr.like_threshold = {crr.like_threshold}: no {stage} user rated their target "
+                f"that high (the ratings lie in {rated.min():g}..{rated.max():g})"
+            )
     torch.manual_seed(epoch_seed(config.train.seed, 0, 3))  # the critics' heads
     networks = Networks(actor, crr).to(device)
     run = RunDirectory.create(run_dir)
@@ -91,13 +105,13 @@ def train_crr(config: RunConfig, crr: CRRConfig, run_dir: str | Path, *, log=pri
         run.write_header(config, model_info, split)
         write_json(run.work / "init_from.json", warm.to_json())
         write_json(run.work / "crr.json", crr.to_dict())
-        return _Stage2(config, crr, split, networks, device, run, log).train()
+        return _Stage2(config, crr, split, networks, device, run, targets, log).train()
     finally:
         run.release()
 
 
 class _Stage2:
-    def __init__(self, config, crr, split, networks, device, run, log) -> None:
+    def __init__(self, config, crr, split, networks, device, run, targets, log) -> None:
         self.config, self.crr, self.split, self.run, self.log = config, crr, split, run, log
         self.networks, self.device = networks, device
         self.target = target_copy(networks)
@@ -108,7 +122,7 @@ class _Stage2:
         self.examples = make_examples(split.train, "cloze")  # windows ending at the last event
         ratings = split.train.ratings
         self.scale = (float(ratings.min()), float(ratings.max()))
-        self.valid_ratings = target_ratings(config.data, split.valid, "valid")
+        self.targets = targets  # each evaluation stage's users' ratings of their targets
         self.step = 0
 
     def train(self) -> dict:
@@ -183,7 +197,7 @@ class _Stage2:
         return result, rated_metrics(result, ratings, self.crr.like_threshold)
 
     def _record(self, epoch: int, stats: dict[str, float], seconds: float) -> dict[str, Any]:
-        valid, liked = self._evaluate(self.split.valid, self.valid_ratings)
+        valid, liked = self._evaluate(self.split.valid, self.targets["valid"])
         score = (
             liked["HR@10"]
             if self.crr.select == "liked"
@@ -215,8 +229,7 @@ class _Stage2:
 
     def _publish(self, history: list[dict[str, Any]], best_epoch: int) -> dict:
         load_weights(self.networks.actor, self.run.work / WEIGHTS)
-        test_ratings = target_ratings(self.config.data, self.split.test, "test")
-        test, liked = self._evaluate(self.split.test, test_ratings)
+        test, liked = self._evaluate(self.split.test, self.targets["test"])
         metrics = {
             "protocol": f"{self.split.protocol}, {test.protocol}",
             "test": test.metrics,

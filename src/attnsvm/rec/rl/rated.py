@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnsvm.errors import InvalidRequest
 from attnsvm.rec.config import ConfigError, DataConfig
 from attnsvm.rec.data.sequences import EvalTask
 from attnsvm.rec.eval.ranking import EvalResult
@@ -50,5 +51,10 @@ def rated_metrics(
     liked = ratings >= threshold
     if liked.shape != result.users.shape:
         raise ValueError(f"{ratings.size} target ratings for {result.users.size} users")
+    if not liked.any():
+        raise InvalidRequest(
+            f"no user rated their held-out target ≥ {threshold} (the ratings lie in "
+            f"{ratings.min():g}..{ratings.max():g}): there is nothing to average"
+        )
     metrics = {name: float(values[liked].mean()) for name, values in result.per_user.items()}
     return {**metrics, "users": int(liked.sum())}

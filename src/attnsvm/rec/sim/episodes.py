@@ -16,6 +16,7 @@ histories so far (``(len(rows), step)``; ids 1..N); column 0 (padding) is never 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -23,7 +24,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from attnsvm._atomic import atomic_path, write_json
+from attnsvm._atomic import atomic_files, atomic_path
+from attnsvm.errors import InvalidRequest
 from attnsvm.rec.sim.simulator import SimulatedUsers
 
 
@@ -80,7 +82,9 @@ def run_episodes(
     """``steps`` recommendations to every user of ``users`` from an empty history."""
     count, catalogue = users.ratings.shape
     if not 1 <= steps <= catalogue:
-        raise ValueError(f"episode steps must lie in 1..{catalogue} (the catalogue), got {steps}")
+        raise InvalidRequest(
+            f"episode steps must lie in 1..{catalogue} (the simulator's catalogue), got {steps}"
+        )
     items = np.zeros((count, steps), dtype=np.int64)
     ratings = np.zeros((count, steps))
     for start in range(0, count, batch_size):
@@ -112,13 +116,14 @@ def run_episodes(
 
 def save_results(results: list[EpisodeResult], folder: str | Path) -> Path:
     """``episodes.json`` (every policy's summary), ``episodes.npz`` (the per-user ratings, for
-    paired tests) and ``episodes.png`` (the per-step curves) in ``folder``."""
+    paired tests) and ``episodes.png`` (the per-step curves) in ``folder``, all three or none."""
     folder = Path(folder)
-    with atomic_path(folder / "episodes.npz") as temporary:
+    with atomic_files(folder) as temporary:
         arrays = {f"ratings:{r.name}": r.ratings for r in results}
-        np.savez(temporary, groups=results[0].groups, **arrays)
-    plot_curves(results, folder / "episodes.png")
-    write_json(folder / "episodes.json", [r.summary() for r in results])
+        np.savez(temporary("episodes.npz"), groups=results[0].groups, **arrays)
+        plot_curves(results, temporary("episodes.png"))
+        summaries = json.dumps([r.summary() for r in results], indent=2)
+        temporary("episodes.json").write_text(summaries + "\n")
     return folder
 
 

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from attnsvm._atomic import write_json
+from attnsvm.extras import require
 from attnsvm.rec.config import ConfigError, DataConfig, ModelChoice, RunConfig, TrainConfig
 from attnsvm.rec.data.sequences import Sequences
 from attnsvm.rec.models import MODELS, resolve
@@ -148,34 +149,42 @@ def train_rlt4rec(
     """Train RLT4Rec on episodes (module docstring); returns the published ``metrics.json``."""
     settings = settings or EpisodeSettings()
     settings.check()
+    require("plots", "RLT4Rec's episode training")  # its test episodes' curve, at the end
     simulator = GroupSimulator.load(simulator_dir)
     name, model_config, _ = resolve(config.model.name, **config.model.overrides)
     if name != "rlt4rec":
         raise ConfigError(f"episode training is RLT4Rec's; the config names {name!r}")
     if settings.steps > model_config.max_len:
         raise ConfigError(f"steps {settings.steps} > model.max_len {model_config.max_len}")
+    if settings.steps > simulator.num_items:
+        raise ConfigError(f"steps {settings.steps} > the simulator's {simulator.num_items} items")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     seed_everything(config.train.seed)
     model = MODELS[name].model_class(simulator.num_items, model_config).to(device)
     histories = logged_histories(simulator) if settings.source == "logged" else None
+    users = {  # drawn before the run directory exists: too many is refused with nothing left
+        "valid": simulator.users(settings.valid_users, settings.users_seed, stream=1),
+        "test": simulator.users(settings.test_users, settings.users_seed, stream=0),
+    }
     run = RunDirectory.create(run_dir)
     try:
         _write_header(run, config, model, simulator, settings, simulator_dir)
-        trainer = _EpisodeTrainer(run, model, simulator, histories, settings, config.train, log)
+        trainer = _EpisodeTrainer(
+            run, model, simulator, histories, users, settings, config.train, log
+        )
         return trainer.train()
     finally:
         run.release()
 
 
 class _EpisodeTrainer:
-    def __init__(self, run, model, simulator, histories, settings, train, log) -> None:
+    def __init__(self, run, model, simulator, histories, users, settings, train, log) -> None:
         self.run, self.model, self.simulator, self.histories = run, model, simulator, histories
         self.settings, self.train_config, self.log = settings, train, log
         self.device = next(model.parameters()).device
         self.optimizer = adamw(model.parameters(), train)
         self.steps_per_epoch = train.steps_per_epoch or OFFICIAL_TRAIN.steps_per_epoch
-        self.valid_users = simulator.users(settings.valid_users, settings.users_seed, stream=1)
-        self.test_users = simulator.users(settings.test_users, settings.users_seed, stream=0)
+        self.valid_users, self.test_users = users["valid"], users["test"]
         self.total_steps = 0
 
     def batch(self, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,6 +26,8 @@ the items' external ids, rating scale, group sizes) and ``simulator.npz`` (μ, �
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr
 
-from attnsvm._atomic import atomic_path, write_json
+from attnsvm._atomic import atomic_files
 from attnsvm._files import read_json, require_regular
 from attnsvm.errors import ExpectedFailure, UnreadableFile
 from attnsvm.rec.data.interactions import Interactions
@@ -129,6 +131,14 @@ class GroupSimulator:
         ``(seed, stream)``: test users (stream 0) and validation users (1) never coincide."""
         if per_group < 1:
             raise SimulatorError(f"simulated users per group must be ≥ 1, got {per_group}")
+        size = per_group * self.num_groups * self.num_items * 8  # float64 ratings
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if size > memory // 2:
+            raise SimulatorError(
+                f"{per_group:,} simulated users per group rate the {self.num_items:,} items in "
+                f"{size / 2**30:,.1f} GiB, over half of this machine's {memory / 2**30:,.1f} "
+                "GiB: ask for fewer users"
+            )
         rng = np.random.default_rng(np.random.SeedSequence([seed, 7, stream]))
         groups = np.repeat(np.arange(self.num_groups), per_group)
         items = np.broadcast_to(np.arange(1, self.num_items + 1), (groups.size, self.num_items))
@@ -141,19 +151,18 @@ class GroupSimulator:
     # -- the artefact --------------------------------------------------------------------
 
     def save(self, folder: str | Path) -> Path:
+        """Write the artefact into ``folder``: both files, or neither."""
         folder = Path(folder)
-        with atomic_path(folder / "simulator.npz") as temporary:
-            np.savez(temporary, mean=self.mean, std=self.std, counts=self.counts)
-        write_json(
-            folder / "simulator.json",
-            {
-                "settings": {name: getattr(self.settings, name) for name in SETTINGS},
-                "source": self.source,
-                "item_ids": self.item_ids.tolist(),
-                "group_sizes": self.group_sizes.tolist(),
-                "rating_scale": [self.rating_min, self.rating_max, self.rating_step],
-            },
-        )
+        info = {
+            "settings": {name: getattr(self.settings, name) for name in SETTINGS},
+            "source": self.source,
+            "item_ids": self.item_ids.tolist(),
+            "group_sizes": self.group_sizes.tolist(),
+            "rating_scale": [self.rating_min, self.rating_max, self.rating_step],
+        }
+        with atomic_files(folder) as temporary:
+            np.savez(temporary("simulator.npz"), mean=self.mean, std=self.std, counts=self.counts)
+            temporary("simulator.json").write_text(json.dumps(info, indent=2) + "\n")
         return folder
 
     @classmethod

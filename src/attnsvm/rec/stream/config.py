@@ -18,7 +18,7 @@ from typing import Any
 
 from attnsvm._atomic import write_text
 from attnsvm._files import read_json
-from attnsvm.errors import UnreadableFile
+from attnsvm.errors import UnreadableFile, shown
 from attnsvm.rec.config_base import Config, ConfigError, coerce
 from attnsvm.rec.models.base import TransformerConfig
 from attnsvm.rec.models.pitransformer import PITransformer, PITransformerConfig
@@ -98,6 +98,12 @@ class StreamConfig:
         unknown = sorted(set(data) - {"model", "data", "stream"})
         if unknown:
             raise ConfigError(f"{source}: unknown section {unknown[0]!r} (model, data, stream)")
+        for section in ("model", "data", "stream"):
+            if not isinstance(data.get(section, {}), dict):
+                raise ConfigError(
+                    f"{source}: {section!r} must be a table of settings, got "
+                    f"{type(data[section]).__name__} {shown(data[section])}"
+                )
         model = dict(data.get("model", {}))
         name = model.pop("name", cls.model)
         config_class = model_config_class(name)

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from attnsvm._atomic import write_json
+from attnsvm._atomic import check_output, write_json
 from attnsvm.rec.stream.config import StreamConfig, load_stream_config, save_stream_config
 from attnsvm.rec.stream.events import EventStream, load_stream
 from attnsvm.rec.stream.learner import Memory, Totals, build_stream_model, chunk_states, score_chunk
@@ -205,11 +205,15 @@ def run_stream(
 ) -> dict[str, Any] | None:
     """Run the stream of ``config`` into the new run directory ``run_dir``; returns the
     published ``metrics.json``. ``stop_after``: stop once that many chunks are done and their
-    state saved, leaving the run to ``resume_stream`` (None when it stopped)."""
+    state saved, leaving the run to ``resume_stream`` (None when it stopped). The stream is read
+    and the model built before the run directory exists, so bad data leaves nothing behind (as
+    ``train``)."""
+    check_output(RunDirectory(run_dir).final, folder=True)
+    runner = _runner(config)
     run = RunDirectory.create(run_dir)
     try:
         save_stream_config(config, run.work / "config.json")
-        return _run(config, run, None, progress, stop_after)
+        return _run(runner, run, None, progress, stop_after)
     finally:
         run.release()
 
@@ -226,20 +230,23 @@ def resume_stream(
             run.finish()
             return metrics
         state = load_resume_state(run.work / RESUME, STATE_KEYS) if run.resumable else None
-        return _run(config, run, state, progress, stop_after)
+        return _run(_runner(config), run, state, progress, stop_after)
     finally:
         run.release()
 
 
+def _runner(config: StreamConfig) -> Prequential:
+    return Prequential(config, load_stream(config.data.dataset, config.data.root))
+
+
 def _run(
-    config: StreamConfig,
+    runner: Prequential,
     run: RunDirectory,
     state: dict[str, Any] | None,
     progress: bool,
     stop_after: int | None,
 ) -> dict[str, Any] | None:
-    runner = Prequential(config, load_stream(config.data.dataset, config.data.root))
-    settings = config.stream
+    settings = runner.config.stream
     if state is not None:
         runner.restore(state)
     else:

@@ -21,6 +21,7 @@ from attnsvm.rec.data.splits import Split
 from attnsvm.rec.eval.ranking import EvalResult
 from attnsvm.rec.models.knn import build_baseline
 from attnsvm.rec.train.checkpoint import RunDirectory, RunResult, default_run_dir
+from attnsvm.rec.train.preflight import check_cutoffs
 from attnsvm.rec.train.scoring import evaluate_scores, load_split
 
 
@@ -47,6 +48,7 @@ def train_baseline(
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError(f"baseline {config.model.name!r} fits in one process; drop torchrun")
     split = load_split(config.data)
+    check_cutoffs(config, split.num_items)
     start = time.perf_counter()
     model = fit_baseline(config, split)
     fit_seconds = time.perf_counter() - start

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save as serialize
 
-from attnsvm._atomic import atomic_path
+from attnsvm._atomic import write_bytes
 from attnsvm.rec.models import SequentialRecommender
 
 
@@ -72,5 +72,4 @@ class AttentionSnapshots:
             "head_dim": json.dumps([dim // h for h in heads]),
         }
         path = run_dir / self.folder / f"epoch_{epoch:04d}.safetensors"
-        with atomic_path(path) as temporary:
-            save_file(tensors, temporary, metadata=metadata)
+        write_bytes(path, serialize(tensors, metadata=metadata))  # a full disk: an OSError

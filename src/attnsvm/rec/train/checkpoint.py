@@ -32,6 +32,7 @@ damaged or hostile file is a ``RunDirError`` naming it, never a traceback or a h
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -41,9 +42,10 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as serialize
 
-from attnsvm._atomic import atomic_path, remove_temporaries, write_json, write_text
+from attnsvm._atomic import check_output, remove_temporaries, write_bytes, write_json, write_text
 from attnsvm._files import read_json, require_regular
 from attnsvm.errors import ExpectedFailure, UnreadableFile, shown
 from attnsvm.rec.config import RunConfig, save_config
@@ -73,8 +75,8 @@ def save_weights(model: torch.nn.Module, path: Path) -> None:
             continue
         seen[key] = name
         tensors[name] = tensor.detach().contiguous().cpu()
-    with atomic_path(path) as temporary:
-        save_file(tensors, temporary, metadata=aliases or None)
+    # serialized in memory, then written from Python: a full disk is an OSError naming the file
+    write_bytes(path, serialize(tensors, metadata=aliases or None))
 
 
 def weight_shapes(path: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
@@ -127,8 +129,9 @@ def load_weights(model: torch.nn.Module, path: Path) -> None:
 
 
 def save_resume_state(path: Path, state: dict[str, Any]) -> None:
-    with atomic_path(path) as temporary:
-        torch.save(state, temporary)
+    buffer = io.BytesIO()  # torch.save to a file reports a full disk as a RuntimeError
+    torch.save(state, buffer)
+    write_bytes(path, buffer.getvalue())
 
 
 def load_resume_state(path: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -182,6 +185,8 @@ class RunDirectory:
     @classmethod
     def create(cls, final: str | Path) -> RunDirectory:
         run = cls(final)
+        for path in (run.final, run.partial):  # a dangling link would fail only at the publish
+            check_output(path, folder=True)
         if run.final.exists():
             raise RunDirError(f"{run.final}: run directory already exists; choose another --out")
         try:

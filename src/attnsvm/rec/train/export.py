@@ -8,21 +8,23 @@ model's extra inputs in ``extra_inputs`` order (SSE-PT's ``users`` (B,) int64, S
 (padding) −∞. Ranking them (seen items excluded, ties to the lower id) is the caller's part.
 
 - ``onnx``: ``torch.onnx.export`` (the dynamo exporter, opset of torch's choice), the batch
-  dimension dynamic. Needs the ``onnx`` and ``onnxscript`` packages; the parity check runs the
-  file in ``onnxruntime``.
+  dimension dynamic. Needs the ``export`` extra (``onnx``, ``onnxscript``; the parity check
+  runs the file in ``onnxruntime``).
 - ``torchscript``: ``torch.jit.trace`` (a model that branched on its input data would be traced
   along one branch; the parity check on real windows is what catches that).
 
 Before the file is renamed into place, it is loaded back and run on up to ``check_rows`` of the
 run's test histories; its scores must equal the evaluator's within ``PARITY_TOLERANCE`` (max
 absolute difference), or nothing is written. ``<file>.json`` beside it records the inputs, the
-output and the difference measured.
+output and the difference measured; the two files are renamed into place together, so a failure
+(a full disk included) leaves neither.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,8 +33,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnsvm._atomic import atomic_path, write_json
+from attnsvm._atomic import atomic_files, check_output
 from attnsvm.errors import ExpectedFailure, InvalidRequest, shown
+from attnsvm.extras import require
 from attnsvm.rec.data.sequences import EvalTask
 from attnsvm.rec.models import SequentialRecommender
 from attnsvm.rec.train.runs import open_run
@@ -94,14 +97,12 @@ def _inputs(model: SequentialRecommender, task: EvalTask, rows: np.ndarray) -> l
 def _write(format_: str, module: ScoringPath, example: list[torch.Tensor], path: Path) -> None:
     names = ["item_seq", *module.model.extra_inputs]
     if format_ == "torchscript":
-        with warnings.catch_warnings():  # trace's deprecation notice and its shape-check notes
+        buffer = io.BytesIO()  # saved to a file, a full disk aborts the process (SIGABRT)
+        with warnings.catch_warnings():  # trace's and save's deprecation notices, shape notes
             warnings.simplefilter("ignore")
-            torch.jit.trace(module, tuple(example)).save(str(path))
+            torch.jit.save(torch.jit.trace(module, tuple(example)), buffer)
+        path.write_bytes(buffer.getvalue())
         return
-    try:
-        import onnxscript  # noqa: F401  (the exporter needs it; say so before torch does)
-    except ImportError as error:
-        raise ExportError("--format onnx needs the onnx and onnxscript packages") from error
     batch = torch.export.Dim("batch")
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's progress lines and FutureWarnings
@@ -142,6 +143,8 @@ def export_run(
     ``RUN_DIR/export/model.onnx`` or ``model.pt``), checked against PyTorch first."""
     if format_ not in FORMATS:
         raise InvalidRequest(f"format must be one of {', '.join(FORMATS)}, got {shown(format_)}")
+    if format_ == "onnx":  # the exporter, and onnxruntime for the check after it
+        require("export", "the ONNX export")
     opened = open_run(run_dir, "test")
     run = opened.run
     if run.baseline:
@@ -149,25 +152,28 @@ def export_run(
     path = Path(out) if out is not None else run.run_dir / "export" / f"model{FORMATS[format_]}"
     if path.suffix != FORMATS[format_]:
         raise InvalidRequest(f"a {format_} file ends in {FORMATS[format_]}, got {shown(str(path))}")
+    check_output(path, folder=False)
     task, model = opened.task, run.model
     rows = np.arange(min(check_rows, len(task)))
     inputs = _inputs(model, task, rows)
     names = ["item_seq", *model.extra_inputs]
     with torch.inference_mode():
         expected = run.scores(task)(rows).numpy()
-    with atomic_path(path) as temporary:
-        _write(format_, ScoringPath(model).eval(), [t[:2] for t in inputs], temporary)
-        difference = max_abs_difference(_run_exported(format_, temporary, inputs, names), expected)
+    described = [
+        {"name": n, "shape": ["batch", *t.shape[1:]], "dtype": str(t.dtype).removeprefix("torch.")}
+        for n, t in zip(names, inputs, strict=True)
+    ]
+    with atomic_files(path.parent) as temporary:
+        written = temporary(path.name)
+        _write(format_, ScoringPath(model).eval(), [t[:2] for t in inputs], written)
+        difference = max_abs_difference(_run_exported(format_, written, inputs, names), expected)
         if not difference <= PARITY_TOLERANCE:
             raise ExportError(
                 f"the exported {format_} scores differ from PyTorch's by {difference:.3g} "
                 f"(> {PARITY_TOLERANCE}); nothing written"
             )
-    described = [
-        {"name": n, "shape": ["batch", *t.shape[1:]], "dtype": str(t.dtype).removeprefix("torch.")}
-        for n, t in zip(names, inputs, strict=True)
-    ]
-    exported = Exported(path, format_, described, len(rows), difference)
-    record = {**asdict(exported), "path": path.name, "output": "scores (batch, num_items + 1)"}
-    write_json(path.with_name(path.name + ".json"), {**record, "run": str(run.run_dir.resolve())})
+        exported = Exported(path, format_, described, len(rows), difference)
+        record = {**asdict(exported), "path": path.name, "output": "scores (batch, num_items + 1)"}
+        record["run"] = str(run.run_dir.resolve())
+        temporary(path.name + ".json").write_text(json.dumps(record, indent=2) + "\n")
     return exported

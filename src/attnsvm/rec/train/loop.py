@@ -1,23 +1,23 @@
 """The state of one run in progress and its optimiser step.
 
 ``TrainingLoop`` holds everything a resume must restore (weights, optimisers, schedule, RNG,
-counters, history) and runs one epoch: shuffle the objective's examples (``data/batches.py``),
-one optimiser step per global batch, then rank the validation users.
+counters, history) and runs one epoch: shuffle the objective's examples (``data/batches.py``), one
+optimiser step per global batch, then rank the validation users.
 
 One step: ``_prepare`` turns a batch into what the loss needs on the device (the model's cloze
-masking, or under ``"last"`` its ``scoring_input``; negatives, the flat index of each target,
-the length groups), then the closure sums,
-per length group, the main loss (``LossConfig.compute``) and the **auxiliary losses** as shares
-of the global mean, so the gradient is the same whatever the number of groups or processes.
+masking, or under ``"last"`` its ``scoring_input``; negatives, the flat index of each target, the
+length groups), then the closure sums, per length group, the main loss (``LossConfig.compute``) and
+the **auxiliary losses** as shares of the global mean, so the gradient is the same whatever the
+number of groups or processes.
 
 Auxiliary losses: named terms added to the main loss with weights. A model declares its own
 (``auxiliary_weights()``, computed by ``auxiliary_losses``) and the loss config adds training
-options (``loss.l2_emb``: ``½‖E‖²`` on the item table, the official SASRec's ``l2_emb``). A term
-of weight 0 is never computed, so the run is exactly the plain one; every other term's
-unweighted mean per epoch is logged under ``aux`` in ``log.jsonl``. The terms a model names in
-``auxiliary_streams()`` also get those training streams' rows (``streams.py``: the window
-before the data transforms, a neighbouring example). The trainer reads the training rows after
-the data transforms (``data/transforms.py``); only training does.
+options (``loss.l2_emb``: ``½‖E‖²`` on the item table, the official SASRec's ``l2_emb``). A term of
+weight 0 is never computed, so the run is exactly the plain one; every other term's unweighted mean
+per epoch is logged under ``aux`` in ``log.jsonl``. The terms a model names in
+``auxiliary_streams()`` also get those training streams' rows (``streams.py``: the window before the
+data transforms, a neighbouring example). The trainer reads the training rows after the data
+transforms (``data/transforms.py``); only training does.
 
 Reproducibility: each epoch re-seeds two streams from (seed, epoch) — the data/negative/mask
 generator and torch's global RNG (dropout) — so an epoch's randomness does not depend on what ran
@@ -39,13 +39,18 @@ from attnsvm.errors import ExpectedFailure
 from attnsvm.rec.config import ConfigError, RunConfig
 from attnsvm.rec.data.batches import Batch, Examples, make_batch, make_examples
 from attnsvm.rec.data.samplers import avoid_row_items, log_q, negative_sampler
-from attnsvm.rec.data.sequences import EvalTask
 from attnsvm.rec.data.splits import Split
 from attnsvm.rec.data.transforms import training_rows
 from attnsvm.rec.models import SequentialRecommender
 from attnsvm.rec.train import distributed
 from attnsvm.rec.train.optim import OPTIMIZERS, adamw, warmup
-from attnsvm.rec.train.scoring import autocast, check_inputs_available, evaluate_model, subtask
+from attnsvm.rec.train.scoring import (
+    autocast,
+    check_inputs_available,
+    evaluate_model,
+    ranking_progress,
+    validation_task,
+)
 from attnsvm.rec.train.streams import TrainingStreams
 
 
@@ -72,6 +77,7 @@ class StepInputs:
     extras: dict[str, torch.Tensor | None]  # users, timestamps, ratings of the windows
     groups: list[tuple[torch.Tensor | slice, int]]  # (rows, width) length groups
     streams: dict[str, torch.Tensor] = field(default_factory=dict)  # the model's training streams
+    log_q: torch.Tensor | None = None  # the sampled loss's log-q correction for this step
 
 
 class TrainingLoop:
@@ -111,25 +117,18 @@ class TrainingLoop:
         trained = [p for p in model.parameters() if id(p) not in attacked]
         self.optimizer = OPTIMIZERS[train.optimizer](trained, train)
         if attack and context.distributed:
-            raise ConfigError(
-                f"{type(model).__name__}'s adversarial step is single-process only; "
-                "run it without torchrun"
-            )
+            alone = "'s adversarial step is single-process only; run it without torchrun"
+            raise ConfigError(type(model).__name__ + alone)
         self.attack_optimizer = adamw(attack, train) if attack else None
         self.scheduler = warmup(self.optimizer, train.warmup_steps)
         self.train_model = _compiled(model) if train.compile else model
-        self.valid_task = self._valid_subset(split.valid)
+        # all validation users, or a sample where the config or the catalogue's size says so
+        valid = validation_task(split.valid, config.eval, split.num_items, config.train.seed)
+        self.valid_task, self.valid_note = valid
         self.epoch = self.step = self.best_epoch = self.bad_epochs = 0
         self.best = -math.inf
         self.history: list[dict[str, Any]] = []
         self.aux_sums: dict[str, float] = {}
-
-    def _valid_subset(self, task: EvalTask) -> EvalTask:
-        count = self.config.eval.valid_users
-        if count is None or count >= len(task):
-            return task
-        rng = np.random.default_rng(self.config.train.seed)
-        return subtask(task, np.sort(rng.choice(len(task), size=count, replace=False)))
 
     # -- resume state ---------------------------------------------------------------------
 
@@ -171,9 +170,11 @@ class TrainingLoop:
         if per_position and self.loss.last_targets is not None:
             has_target[:, : -self.loss.last_targets] = False
         total = int(has_target.sum())
-        negatives = None
-        if self.sampler is not None:
-            positives = targets[has_target] if per_position else targets
+        negatives, step_log_q = None, self.log_q
+        positives = targets[has_target] if per_position else targets
+        if self.sampler is not None and self.loss.negatives != "per_position":
+            negatives, step_log_q = self.loss.shared_negatives(self.sampler, positives, self.log_q)
+        elif self.sampler is not None:
             negatives = self.sampler.sample(positives, self.loss.num_negatives)
             if self.loss.negatives_avoid_row:
                 # the row's items before any cloze masking: its inputs and its targets
@@ -186,8 +187,9 @@ class TrainingLoop:
         count = int(host_mask.sum())
         device = self.context.device
         mask = host_mask.to(device)
-        if negatives is not None:
-            negatives = negatives[before : before + count].to(device)
+        if negatives is not None:  # per position (2-D): this shard's rows; shared: all
+            negatives = negatives[before : before + count] if negatives.ndim == 2 else negatives
+            negatives = negatives.to(device)
         columns = {"users": batch.users, "timestamps": batch.times, "ratings": batch.ratings}
         extras = {k: None if v is None else v[owned].to(device) for k, v in columns.items()}
         return StepInputs(
@@ -200,6 +202,7 @@ class TrainingLoop:
             torch.cumsum(mask.reshape(-1), 0).view_as(mask) - 1,
             extras,
             self._length_groups(inputs[owned]),
+            log_q=None if step_log_q is None else step_log_q.to(device),
         )
 
     def _loss_share(
@@ -221,14 +224,13 @@ class TrainingLoop:
             negatives = negatives[
                 step.flat[rows][:, columns][mask] if per_position else step.flat[rows]
             ]
-        log_q = self.log_q.to(hidden.device) if self.log_q is not None else None
         loss = self.loss.compute(
             hidden,
             positives,
             self.model.output_embedding(),
             self.model.output_bias(),
             negatives,
-            log_q,
+            step.log_q,
         )
         # shares of the global mean: summing gradients over groups and processes gives its
         # gradient whatever the number of groups and processes
@@ -345,14 +347,16 @@ class TrainingLoop:
         batches = [order[i : i + train.batch_size] for i in range(0, len(order), train.batch_size)]
         if train.steps_per_epoch is not None:
             batches = batches[: train.steps_per_epoch]
-        task = progress.add_task("train", total=len(batches), epoch=epoch, rate=0.0, loss=0.0)
+        task = progress.add_task(
+            f"epoch {epoch}", total=len(batches), rate=0, unit="samples", note=""
+        )
         start = time.perf_counter()
         losses, samples = [], 0
         for index in batches:
             losses.append(self.train_step(index, generator))
             samples += len(index)
             elapsed = time.perf_counter() - start
-            progress.update(task, advance=1, rate=samples / elapsed, loss=losses[-1])
+            progress.update(task, advance=1, rate=samples / elapsed, note=f"loss {losses[-1]:.4f}")
         train_seconds = time.perf_counter() - start
         progress.remove_task(task)
         start = time.perf_counter()
@@ -363,6 +367,7 @@ class TrainingLoop:
             self.config.eval,
             context=self.context,
             bf16=train.bf16,
+            progress=ranking_progress(progress, f"epoch {epoch} valid"),
         )
         self.epoch = epoch
         record = {
@@ -377,6 +382,8 @@ class TrainingLoop:
             "valid_seconds": time.perf_counter() - start,
             "valid": valid.metrics,
         }
+        if len(self.valid_task) < len(self.split.valid):
+            record["valid_users"] = len(self.valid_task)
         if self.aux_sums:
             # each term's batch mean (this process's share under DDP), averaged over the steps
             record["aux"] = {k: v / len(batches) for k, v in self.aux_sums.items()}

@@ -39,10 +39,9 @@ def _gigabytes(size: float) -> str:
     return f"{size / 2**30:,.1f} GiB"
 
 
-def check_run_fits(config: RunConfig, split: Split, device: torch.device) -> None:
-    """A ``ConfigError`` if the run's cut-offs exceed its catalogue or what it would hold at
-    once exceeds ``device``'s memory."""
-    catalogue = split.num_items
+def check_cutoffs(config: RunConfig, catalogue: int) -> None:
+    """A ``ConfigError`` if the run's cut-offs (``eval.ks``, ``eval.sampled_negatives``) exceed
+    its catalogue of ``catalogue`` items: every run checks them, a baseline's too."""
     if max(config.eval.ks) > catalogue:
         raise ConfigError(
             f"eval.ks cut-off {max(config.eval.ks)} exceeds the catalogue of {catalogue} items"
@@ -53,6 +52,13 @@ def check_run_fits(config: RunConfig, split: Split, device: torch.device) -> Non
             f"eval.sampled_negatives = {sampled} leaves no item out of the catalogue of "
             f"{catalogue}; it must be below {catalogue}"
         )
+
+
+def check_run_fits(config: RunConfig, split: Split, device: torch.device) -> None:
+    """A ``ConfigError`` if the run's cut-offs exceed its catalogue or what it would hold at
+    once exceeds ``device``'s memory."""
+    catalogue = split.num_items
+    check_cutoffs(config, catalogue)
     with torch.device("meta"):  # shapes only: nothing is allocated, whatever the sizes
         model = build(config, catalogue, split.num_users)
     window = model.config.max_len
@@ -61,7 +67,8 @@ def check_run_fits(config: RunConfig, split: Split, device: torch.device) -> Non
     parameters = sum(p.numel() * p.element_size() for p in model.parameters())
     largest = max(model.named_parameters(), key=lambda named: named[1].numel())
     loss = config.resolved_loss()
-    negatives = loss.num_negatives if loss.sampled else 0
+    # per position; a shared set (loss.negatives) is num_negatives ids a step, nothing to count
+    negatives = loss.num_negatives if loss.sampled and loss.negatives == "per_position" else 0
     eval_rows = min(config.eval.batch_size, max(len(split.valid), len(split.test), 1))
     needs = {
         f"{parameters // _FLOAT:,} parameters (the largest {largest[0]}, "

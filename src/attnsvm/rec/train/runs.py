@@ -3,13 +3,16 @@
 Recommendations speak external ids both ways: a user id or a history of item ids as they appear
 in the data file in, item ids out. The run's ``id_maps.json`` translates; the data are read
 again (``scoring.load_interactions``, as training read them) only to find a user's history.
-Loading a run applies the process policy unless the caller chose (``attnsvm.process``).
+Loading a run applies the process policy unless the caller chose (``attnsvm.process``). A run
+trained on a DataFrame keeps its table in its own folder (``KEPT_DATA``) and reads it from there
+wherever the folder is moved or copied.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -18,7 +21,7 @@ import torch
 
 from attnsvm.errors import InvalidRequest, cut, shown
 from attnsvm.process import configure_unless_chosen
-from attnsvm.rec.config import RunConfig, load_config
+from attnsvm.rec.config import RunConfig, load_config, save_config
 from attnsvm.rec.data.sequences import EvalTask, Sequences
 from attnsvm.rec.data.splits import Split
 from attnsvm.rec.eval.ranking import EvalResult, batch_scores
@@ -38,6 +41,9 @@ from attnsvm.rec.train.checkpoint import (
 from attnsvm.rec.train.scoring import evaluate_scores, load_interactions, load_split, score_function
 
 ScoreFn = Callable[[np.ndarray], torch.Tensor]
+#: a run's own copy of its table (``interactions.npz`` in the prepared folder ``data/``, with
+#: its meta.json and titles), where ``Recommender.fit`` keeps a DataFrame it trained on
+KEPT_DATA = Path("data") / "interactions.npz"
 
 
 @dataclass(frozen=True)
@@ -143,11 +149,31 @@ def load_model(folder: str | Path) -> SequentialRecommender:
     return model.eval()
 
 
+def keep_data(run_dir: Path, prepared: Path) -> None:
+    """Move the prepared table folder ``prepared`` into the finished run ``run_dir`` as its own
+    data (``KEPT_DATA``) and point the run's config.json at it."""
+    os.replace(prepared, run_dir / KEPT_DATA.parent)
+    config = load_config(run_dir / "config.json")
+    save_config(_reading_kept_data(config, run_dir / KEPT_DATA), run_dir / "config.json")
+
+
+def _reading_kept_data(config: RunConfig, kept: Path) -> RunConfig:
+    return replace(config, data=replace(config.data, dataset=str(kept.resolve())))
+
+
+def run_config(path: Path) -> RunConfig:
+    """The config of the finished run at ``path``, reading the run's own copy of its data where
+    it keeps one (``KEPT_DATA``): the copy beside the config, wherever the run was moved."""
+    config = load_config(path / "config.json")
+    kept = path / KEPT_DATA
+    return _reading_kept_data(config, kept) if kept.is_file() else config
+
+
 def load_run(run_dir: str | Path) -> LoadedRun:
     """Model (best checkpoint; a baseline refitted on the run's data), config and id maps."""
     configure_unless_chosen()
     path = finished_run(run_dir)
-    config = load_config(path / "config.json")
+    config = run_config(path)
     if read_model_info(path).get("baseline"):
         model = fit_baseline(config, load_split(config.data))
         maps = read_id_maps(path)

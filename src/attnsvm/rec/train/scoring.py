@@ -12,23 +12,35 @@ share, so none of them imports another's internals:
   reads ``model.config.max_len``.
 - ``score_function`` / ``evaluate_model`` / ``evaluate_scores``: a model (or any ``rows →
   scores`` function) ranked against the full catalogue by the shared evaluator; under DDP each
-  process ranks a shard and the top-k lists are gathered in user order.
+  process ranks a shard and the top-k lists are gathered in user order. A model's scores reach
+  the ranker as blocks (``ModelScores``): its length groups, a range of items at a time.
+- ``validation_task``: the users a run validates on every epoch (a seeded sample once users ×
+  items passes ``eval.valid_max_scores``); ``ranking_progress``: the ranker's progress as a task
+  of the trainer's progress bar, in users/s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
+from rich.progress import Progress, TaskID
 
 from attnsvm.rec.config import ConfigError, DataConfig, EvalConfig, RunConfig
 from attnsvm.rec.data.interactions import Interactions
 from attnsvm.rec.data.sequences import EvalTask
 from attnsvm.rec.data.splits import Split, leave_one_out, session_split, temporal_split
 from attnsvm.rec.eval.metrics import metrics_from_topk
-from attnsvm.rec.eval.ranking import EvalResult, protocol_label, rank_topk, trim_padding
+from attnsvm.rec.eval.ranking import (
+    EvalResult,
+    ScoreBlock,
+    protocol_label,
+    rank_topk,
+    trim_padding,
+)
 from attnsvm.rec.models import MODELS, SequentialRecommender, resolve
 from attnsvm.rec.train import distributed
 
@@ -129,42 +141,136 @@ def autocast(device: torch.device, enabled: bool):
 SCORE_LENGTH_GROUPS = 4
 #: rows per group below which splitting a batch costs more than the padding it saves
 SCORE_GROUP_ROWS = 8
+#: items whose logits one matrix product computes where a block is scored in ranges of the
+#: catalogue (``ranking.item_ranges``), each written in place into the range's buffer: a block
+#: of hidden states times a few thousand items ran faster here than times tens of thousands
+SCORE_TILE_ITEMS = 4096
+
+
+class ModelScores:
+    """A model's next-item scores after each row's history in ``task``, as the evaluator ranks
+    them.
+
+    Called, ``rows → (len(rows), num_items + 1)`` scores in the order of ``rows``. ``blocks(rows)``
+    gives the ranker the same scores without that reordering (``ranking.ScoreBlock``): one block
+    per length group, in the group's own row order, and, for a model whose scores are its last
+    hidden state times the output table (plus bias), each block scored a range of items at a
+    time from its hidden states, by the same operations as ``score_last``.
+    """
+
+    def __init__(
+        self, model: SequentialRecommender, task: EvalTask, device: torch.device, bf16: bool
+    ) -> None:
+        self.model, self.task, self.device, self.bf16 = model, task, device, bf16
+        # scored as the base class scores: logits(last_hidden(scoring_input(window)))
+        self.by_hidden = (
+            type(model).score_last is SequentialRecommender.score_last
+            and type(model).logits is SequentialRecommender.logits
+        )
+
+    def _groups(self, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(positions in rows, windows)`` of each length group, its windows cut to its longest
+        row (a padding-free model); one group of every row otherwise."""
+        windows = self.task.history.padded(self.model.config.max_len, rows)
+        everything = np.arange(rows.size)
+        if not self.model.padding_free:
+            return [(everything, windows)]
+        groups = min(SCORE_LENGTH_GROUPS, rows.size // SCORE_GROUP_ROWS)
+        if groups < 2:
+            return [(everything, trim_padding(windows))]
+        order = np.argsort((windows != 0).sum(axis=1), kind="stable")
+        return [(part, trim_padding(windows[part])) for part in np.array_split(order, groups)]
+
+    def _inputs(
+        self, rows: np.ndarray, windows: np.ndarray
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        history, width = self.task.history, windows.shape[1]
+        columns = {
+            "timestamps": (history.times, history.padded_times),
+            "ratings": (history.ratings, history.padded_ratings),
+        }
+        available = {"users": torch.from_numpy(self.task.users[rows])}
+        for name in self.model.extra_inputs:  # only what the model reads: padding costs time
+            if name in columns and columns[name][0] is not None:
+                padded = columns[name][1](self.model.config.max_len, rows)
+                available[name] = torch.from_numpy(padded[:, -width:])
+        extras = self.model.extra_kwargs(**available)
+        device = self.device
+        return torch.from_numpy(windows).to(device), {k: v.to(device) for k, v in extras.items()}
+
+    def _score_last(self, rows: np.ndarray, windows: np.ndarray) -> torch.Tensor:
+        windows_t, extras = self._inputs(rows, windows)
+        with autocast(self.device, self.bf16):
+            return self.model.score_last(windows_t, **extras).float()
+
+    def _by_range(
+        self, rows: np.ndarray, windows: np.ndarray
+    ) -> Callable[[int, int], torch.Tensor]:
+        """``(start, stop) → scores of items start..stop − 1``: ``logits`` of the rows' last
+        hidden states. The whole catalogue is scored by ``logits``'s own expression, so its
+        scores are ``score_last``'s to the bit; a range of it (a large catalogue) by products of
+        ``SCORE_TILE_ITEMS`` items written into one buffer (float32 operands; under bf16
+        autocast by the expression on the range)."""
+        model = self.model
+        windows_t, extras = self._inputs(rows, windows)
+        with torch.inference_mode(), autocast(self.device, self.bf16):  # scores for ranking
+            model.check_input(windows_t)
+            hidden = model.last_hidden(model.scoring_input(windows_t), **extras)
+            table, bias = model.output_embedding(), model.output_bias()
+        one_dtype = hidden.dtype == table.dtype and (bias is None or bias.dtype == table.dtype)
+
+        @torch.inference_mode()
+        def scores(start: int, stop: int) -> torch.Tensor:
+            whole = start == 0 and stop == table.shape[0]
+            if whole or self.bf16 or not one_dtype:
+                with autocast(self.device, self.bf16):
+                    logits = hidden @ table[start:stop].T
+                    if bias is not None:
+                        logits = logits + bias[start:stop]
+                    if start == 0:
+                        logits[:, 0] = float("-inf")
+                    return logits.float()
+            logits = hidden.new_empty((hidden.shape[0], stop - start))
+            for tile in range(start, stop, SCORE_TILE_ITEMS):
+                end = min(tile + SCORE_TILE_ITEMS, stop)
+                torch.mm(hidden, table[tile:end].T, out=logits[:, tile - start : end - start])
+            if bias is not None:
+                logits += bias[start:stop]
+            if start == 0:
+                logits[:, 0] = float("-inf")
+            return logits.float()
+
+        return scores
+
+    def __call__(self, rows: np.ndarray) -> torch.Tensor:
+        groups = self._groups(rows)
+        if len(groups) == 1:
+            return self._score_last(rows, groups[0][1])
+        out = None
+        for positions, windows in groups:
+            scores = self._score_last(rows[positions], windows)
+            if out is None:
+                out = scores.new_empty((rows.size, scores.shape[1]))
+            out[torch.from_numpy(positions).to(out.device)] = scores
+        return out
+
+    def blocks(self, rows: np.ndarray) -> Iterator[ScoreBlock]:
+        """The scores of ``rows`` as the ranker reads them: a block per length group, each
+        computed when the ranker reaches it."""
+        for positions, windows in self._groups(rows):
+            if self.by_hidden:
+                yield ScoreBlock(positions, self._by_range(rows[positions], windows))
+            else:
+                scores = self._score_last(rows[positions], windows)
+                yield ScoreBlock(positions, lambda start, stop, s=scores: s[:, start:stop])
 
 
 def score_function(
     model: SequentialRecommender, task: EvalTask, device: torch.device, bf16: bool = False
-) -> Callable[[np.ndarray], torch.Tensor]:
-    """``rows → (len(rows), num_items + 1)`` next-item scores after each row's history."""
-    max_len = model.config.max_len
-    history = task.history
-    columns = {
-        "timestamps": (history.times, history.padded_times),
-        "ratings": (history.ratings, history.padded_ratings),
-    }
-
-    def forward(windows: np.ndarray, rows: np.ndarray) -> torch.Tensor:
-        width = windows.shape[1]
-        available = {"users": torch.from_numpy(task.users[rows])}
-        for name in model.extra_inputs:  # only what the model reads: padding costs time
-            if name in columns and columns[name][0] is not None:
-                available[name] = torch.from_numpy(columns[name][1](max_len, rows)[:, -width:])
-        extras = {k: v.to(device) for k, v in model.extra_kwargs(**available).items()}
-        with autocast(device, bf16):
-            return model.score_last(torch.from_numpy(windows).to(device), **extras).float()
-
-    def score(rows: np.ndarray) -> torch.Tensor:
-        windows = history.padded(max_len, rows)
-        if not model.padding_free:
-            return forward(windows, rows)
-        groups = min(SCORE_LENGTH_GROUPS, len(rows) // SCORE_GROUP_ROWS)
-        if groups < 2:
-            return forward(trim_padding(windows), rows)
-        order = np.argsort((windows != 0).sum(axis=1), kind="stable")
-        pieces = np.array_split(order, groups)
-        scores = [forward(trim_padding(windows[piece]), rows[piece]) for piece in pieces]
-        return torch.cat(scores)[torch.from_numpy(np.argsort(order, kind="stable"))]
-
-    return score
+) -> ModelScores:
+    """``rows → (len(rows), num_items + 1)`` next-item scores after each row's history (with
+    the blocks the ranker reads, ``ModelScores``)."""
+    return ModelScores(model, task, device, bf16)
 
 
 def evaluate_model(
@@ -176,6 +282,7 @@ def evaluate_model(
     popularity: np.ndarray | None = None,
     context: distributed.Context | None = None,
     bf16: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> EvalResult:
     """Full-ranking metrics of a neural model (see :func:`evaluate_scores`)."""
     context = context or distributed.Context()
@@ -187,6 +294,7 @@ def evaluate_model(
         eval_config,
         popularity=popularity,
         context=context,
+        progress=progress,
     )
 
 
@@ -198,10 +306,12 @@ def evaluate_scores(
     *,
     popularity: np.ndarray | None = None,
     context: distributed.Context | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> EvalResult:
     """Full-ranking metrics of ``score_for(task)`` (a ``rows → scores`` function for a task);
     under DDP each process ranks a shard and the top-k lists are gathered in user order, so the
-    metrics equal a single process's."""
+    metrics equal a single process's. ``progress(done, total)`` follows this process's users
+    (``ranking_progress`` shows it)."""
     context = context or distributed.Context()
     ks = tuple(sorted(eval_config.ks))
     part = distributed.shard(len(task), context)
@@ -213,9 +323,57 @@ def evaluate_scores(
         max(ks),
         batch_size=eval_config.batch_size,
         exclude_seen=eval_config.exclude_seen,
+        progress=progress,
     )
     topk = distributed.gather_rows(topk, len(task), context)
     metrics, per_user = metrics_from_topk(
         topk, task.targets, ks, num_items=num_items, item_popularity=popularity
     )
     return EvalResult(metrics, per_user, protocol_label(eval_config.exclude_seen, task), task.users)
+
+
+def ranking_progress(progress: Progress, description: str) -> Callable[[int, int], None]:
+    """A ranker's ``progress(done, total)`` shown as a task of ``progress`` (the trainer's rich
+    ``Progress``: fields ``rate``, ``unit`` and ``note``; nothing shows where it is disabled):
+    users ranked, users/s, removed once every user is ranked."""
+    start = time.perf_counter()
+    task: TaskID | None = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal task
+        if task is None:
+            task = progress.add_task(description, total=total, rate=0.0, unit="users", note="")
+        rate = done / max(time.perf_counter() - start, 1e-9)
+        progress.update(task, completed=done, rate=rate)
+        if done >= total:
+            progress.remove_task(task)
+
+    return update
+
+
+def validation_task(
+    task: EvalTask, eval_config: EvalConfig, num_items: int, seed: int
+) -> tuple[EvalTask, str | None]:
+    """The users a run ranks every epoch to validate, and, where the run chose to sample them
+    itself, a line saying so.
+
+    ``eval.valid_users`` users where set; else every user while users × items stays within
+    ``eval.valid_max_scores``, and past it as many as it allows (at least one). A sample is
+    fixed by ``seed``, the same every epoch and in every process.
+    """
+    count = eval_config.valid_users
+    automatic = count is None and eval_config.valid_max_scores is not None
+    if automatic and len(task) * num_items > eval_config.valid_max_scores:
+        count = max(1, eval_config.valid_max_scores // num_items)
+    if count is None or count >= len(task):
+        return task, None
+    rng = np.random.default_rng(seed)
+    sample = subtask(task, np.sort(rng.choice(len(task), size=count, replace=False)))
+    if not automatic:
+        return sample, None
+    return sample, (
+        f"validation: a fixed sample of {count:,} of {len(task):,} users every epoch "
+        f"({len(task):,} users × {num_items:,} items exceed eval.valid_max_scores = "
+        f"{eval_config.valid_max_scores:,}; eval.valid_users sets the sample size); the test "
+        "ranks every user"
+    )

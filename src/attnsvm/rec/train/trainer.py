@@ -50,7 +50,13 @@ from attnsvm.rec.train.checkpoint import (
 from attnsvm.rec.train.loop import TrainingError, TrainingLoop
 from attnsvm.rec.train.preflight import check_run_fits
 from attnsvm.rec.train.run_lock import holding_run_locks
-from attnsvm.rec.train.scoring import build, evaluate_model, load_split, score_function
+from attnsvm.rec.train.scoring import (
+    build,
+    evaluate_model,
+    load_split,
+    ranking_progress,
+    score_function,
+)
 from attnsvm.rec.train.warm_start import init_from
 
 __all__ = ["RunResult", "TrainingError", "default_run_dir", "train"]
@@ -164,7 +170,10 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
     config, model, split = loop.config, loop.model, loop.split
     threads = _thread_choice(config, loop.history)
     if show_progress and context.is_main:
-        Console(stderr=True, markup=False).print(f"threads: {threads.describe()}", highlight=False)
+        console = Console(stderr=True, markup=False)
+        console.print(f"threads: {threads.describe()}", highlight=False)
+        if loop.valid_note is not None:
+            console.print(loop.valid_note, highlight=False)
     for callback in callbacks:
         if context.is_main and hasattr(callback, "on_train_begin"):
             callback.on_train_begin(model, run.work)
@@ -201,15 +210,17 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
     if writer is not None:
         writer.close()
     load_weights(model, run.work / WEIGHTS)
-    test = evaluate_model(
-        model,
-        split.test,
-        split.num_items,
-        config.eval,
-        popularity=loop.popularity,
-        context=context,
-        bf16=config.train.bf16,
-    )
+    with _progress(show_progress and context.is_main) as progress:
+        test = evaluate_model(
+            model,
+            split.test,
+            split.num_items,
+            config.eval,
+            popularity=loop.popularity,
+            context=context,
+            bf16=config.train.bf16,
+            progress=ranking_progress(progress, "test"),
+        )
     best_record = next(r for r in loop.history if r["epoch"] == loop.best_epoch)
     train_seconds = float(sum(r["train_seconds"] for r in loop.history))
     if context.is_main:
@@ -254,11 +265,11 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
 
 def _progress(enabled: bool) -> Progress:
     return Progress(
-        TextColumn("epoch {task.fields[epoch]}"),
+        TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]:>8.0f} samples/s"),
-        TextColumn("loss {task.fields[loss]:.4f}"),
+        TextColumn("{task.fields[rate]:>8.0f} {task.fields[unit]}/s"),
+        TextColumn("{task.fields[note]}"),
         TimeRemainingColumn(),
         disable=not enabled,
         console=Console(stderr=True),

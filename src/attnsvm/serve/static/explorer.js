@@ -93,7 +93,8 @@ function renderRecommendations() {
     const row = element("tr", { "data-item": item.item, "data-score": item.score }, [
       element("td", { class: "num", text: index + 1 }),
       element("td", { text: item.item }),
-      element("td", { text: item.title || "" }),
+      element("td", { class: "title", text: item.title || "" }),
+      element("td", { class: "category", text: item.category || "" }),
       element("td", { class: "num score", text: fixed(item.score) }),
     ]);
     if (index === state.target) row.classList.add("target");
