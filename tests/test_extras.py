@@ -5,6 +5,7 @@ extra to install (each extra's modules hidden in a subprocess, as if never insta
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -36,8 +37,13 @@ def extra_distributions(extra: str) -> set[str]:
     return found
 
 
+@functools.cache
+def installed_modules() -> dict[str, list[str]]:
+    return metadata.packages_distributions()  # every installed distribution read: seconds
+
+
 def providers(module: str) -> set[str]:
-    names = metadata.packages_distributions().get(module, [])
+    names = installed_modules().get(module, [])
     return {name.lower().replace("_", "-") for name in names}
 
 
