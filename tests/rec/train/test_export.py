@@ -34,11 +34,15 @@ def test_onnx_scores_equal_pytorchs_in_onnxruntime(trained_run, tmp_path):
     assert exported.max_abs_difference <= PARITY_TOLERANCE
     windows, expected = evaluator_scores(trained_run)
     session = onnxruntime.InferenceSession(str(exported.path))
-    (got,) = session.run(None, {"item_seq": windows})  # every user: a batch of another size
+    seen = np.zeros(expected.shape, dtype=bool)  # nothing masked: the bare scores
+    (got,) = session.run(None, {"item_seq": windows, "seen": seen})  # a batch of another size
     assert got.shape == expected.shape
     assert max_abs_difference(got, expected) <= PARITY_TOLERANCE
     record = json.loads((tmp_path / "model.onnx.json").read_text())
-    assert record["inputs"] == [{"name": "item_seq", "shape": ["batch", 12], "dtype": "int64"}]
+    assert record["inputs"] == [
+        {"name": "item_seq", "shape": ["batch", 12], "dtype": "int64"},
+        {"name": "seen", "shape": ["batch", 31], "dtype": "bool"},
+    ]
 
 
 def test_torchscript_scores_equal_pytorchs(trained_run, tmp_path):
@@ -46,7 +50,8 @@ def test_torchscript_scores_equal_pytorchs(trained_run, tmp_path):
     windows, expected = evaluator_scores(trained_run)
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated, still here
-        got = torch.jit.load(str(exported.path))(torch.from_numpy(windows)).numpy()
+        seen = torch.zeros(expected.shape, dtype=torch.bool)
+        got = torch.jit.load(str(exported.path))(torch.from_numpy(windows), seen).numpy()
     assert max_abs_difference(got, expected) <= PARITY_TOLERANCE
 
 

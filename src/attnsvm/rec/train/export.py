@@ -2,10 +2,16 @@
 
 The exported function is what the evaluator calls (``LoadedRun.scores``) without the data
 handling around it: ``item_seq`` (B, max_len) int64, internal item ids left-padded with 0 (the
-last ``max_len`` items of each history; ``id_maps.json`` translates external ids), plus the
-model's extra inputs in ``extra_inputs`` order (SSE-PT's ``users`` (B,) int64, STRec's
-``timestamps`` (B, max_len) float64) → ``scores`` (B, num_items + 1) float32, column 0
-(padding) −∞. Ranking them (seen items excluded, ties to the lower id) is the caller's part.
+last ``max_len`` items of each history), the model's extra inputs in ``extra_inputs`` order
+(SSE-PT's ``users`` (B,) int64, STRec's ``timestamps`` (B, max_len) float64, left-padded as
+``item_seq``), then ``seen`` (B, num_items + 1) bool, the items never to recommend (the seen
+ones) → ``scores`` (B, num_items + 1) float32, −∞ at column 0 (padding) and where ``seen``.
+
+The file carries what recommending needs besides (``RECIPE_KEY``: the ONNX file's metadata, a
+TorchScript archive's extra file, and ``recommend`` in ``<file>.json``): the item id map
+(internal id → original id, as text), the user map when the model reads ``users``, the
+padding rule and the ranking rule (scores descending, ties to the lower internal id).
+``attnsvm.rec.train.export_reader`` ranks from the ONNX file alone, without torch.
 
 - ``onnx``: ``torch.onnx.export`` (the dynamo exporter, opset of torch's choice), the batch
   dimension dynamic. Needs the ``export`` extra (``onnx``, ``onnxscript``; the parity check
@@ -38,10 +44,12 @@ from attnsvm.errors import ExpectedFailure, InvalidRequest, shown
 from attnsvm.extras import require
 from attnsvm.rec.data.sequences import EvalTask
 from attnsvm.rec.models import SequentialRecommender
-from attnsvm.rec.train.runs import open_run
+from attnsvm.rec.train.runs import LoadedRun, open_run
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}
 PARITY_TOLERANCE = 1e-4
+RECIPE_KEY = "attnsvm.recommend"  # ONNX metadata key; a TorchScript extra file of this name
+RANKING = "scores descending, ties to the lower internal id; -inf (padding, seen) never ranked"
 
 
 class ExportError(ExpectedFailure, ValueError):
@@ -49,16 +57,18 @@ class ExportError(ExpectedFailure, ValueError):
 
 
 class ScoringPath(nn.Module):
-    """``(item_seq, *extras) → scores``: ``score_last`` without its Python-side input checks."""
+    """``(item_seq, *extras, seen) → scores``: ``score_last`` without its Python-side input
+    checks, −∞ where ``seen``."""
 
     def __init__(self, model: SequentialRecommender) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, item_seq: torch.Tensor, *extras: torch.Tensor) -> torch.Tensor:
+    def forward(self, item_seq: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+        *extras, seen = inputs
         named = dict(zip(self.model.extra_inputs, extras, strict=True))
         hidden = self.model.last_hidden(self.model.scoring_input(item_seq), **named)
-        return self.model.logits(hidden)
+        return self.model.logits(hidden).masked_fill(seen, float("-inf"))
 
 
 @dataclass(frozen=True)
@@ -78,7 +88,8 @@ class Exported:
 
 
 def _inputs(model: SequentialRecommender, task: EvalTask, rows: np.ndarray) -> list[torch.Tensor]:
-    """The exported function's inputs for ``rows`` of ``task``: windows, then the extras."""
+    """The exported function's inputs for ``rows`` of ``task``: windows, the extras, then the
+    mask of each row's excluded (seen) items."""
     max_len = model.config.max_len
     history = task.history
     columns = {
@@ -91,31 +102,59 @@ def _inputs(model: SequentialRecommender, task: EvalTask, rows: np.ndarray) -> l
         if name not in columns:
             raise ExportError(f"{type(model).__name__} reads {name!r}, which export cannot feed")
         tensors.append(columns[name]())
-    return tensors
+    seen = np.zeros((rows.size, model.num_items + 1), dtype=bool)
+    offsets, items = task.exclude.offsets, task.exclude.items
+    for i, row in enumerate(rows):
+        seen[i, items[offsets[row] : offsets[row + 1]]] = True
+    return [*tensors, torch.from_numpy(seen)]
 
 
-def _write(format_: str, module: ScoringPath, example: list[torch.Tensor], path: Path) -> None:
-    names = ["item_seq", *module.model.extra_inputs]
+def _recipe(run: LoadedRun, names: list[str]) -> dict:
+    """What recommending needs besides the network: id maps, the padding and ranking rules."""
+    model = run.model
+    users = run.user_ids.astype(str).tolist() if "users" in model.extra_inputs else None
+    return {
+        "version": 1,
+        "inputs": names,
+        "output": "scores",
+        "items": [None, *run.item_ids[1:].astype(str).tolist()],  # internal id → original id
+        "users": users,  # the ``users`` input: this list's index, -1 for anyone else
+        "padding": {"side": "left", "length": model.config.max_len, "id": 0, "keeps": "last"},
+        "seen": "seen",  # the input marking the items never to recommend
+        "ranking": RANKING,
+    }
+
+
+def _names(model: SequentialRecommender) -> list[str]:
+    return ["item_seq", *model.extra_inputs, "seen"]
+
+
+def _write(
+    format_: str, module: ScoringPath, example: list[torch.Tensor], path: Path, recipe: str
+) -> None:
+    names = _names(module.model)
     if format_ == "torchscript":
         buffer = io.BytesIO()  # saved to a file, a full disk aborts the process (SIGABRT)
         with warnings.catch_warnings():  # trace's and save's deprecation notices, shape notes
             warnings.simplefilter("ignore")
-            torch.jit.save(torch.jit.trace(module, tuple(example)), buffer)
+            traced = torch.jit.trace(module, tuple(example))
+            torch.jit.save(traced, buffer, _extra_files={RECIPE_KEY: recipe})
         path.write_bytes(buffer.getvalue())
         return
     batch = torch.export.Dim("batch")
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's progress lines and FutureWarnings
-        torch.onnx.export(
+        program = torch.onnx.export(
             module,
             tuple(example),
-            str(path),
             dynamo=True,
             input_names=names,
             output_names=["scores"],
-            dynamic_shapes=tuple({0: batch} for _ in example),
+            dynamic_shapes=({0: batch}, tuple({0: batch} for _ in example[1:])),  # *inputs
             verbose=False,
         )
+        program.model.metadata_props[RECIPE_KEY] = recipe
+        program.save(str(path))
 
 
 def _run_exported(format_: str, path: Path, inputs: list[torch.Tensor], names) -> np.ndarray:
@@ -156,16 +195,18 @@ def export_run(
     task, model = opened.task, run.model
     rows = np.arange(min(check_rows, len(task)))
     inputs = _inputs(model, task, rows)
-    names = ["item_seq", *model.extra_inputs]
+    names = _names(model)
     with torch.inference_mode():
-        expected = run.scores(task)(rows).numpy()
+        expected = run.scores(task)(rows).masked_fill(inputs[-1], float("-inf")).numpy()
     described = [
         {"name": n, "shape": ["batch", *t.shape[1:]], "dtype": str(t.dtype).removeprefix("torch.")}
         for n, t in zip(names, inputs, strict=True)
     ]
+    recipe = _recipe(run, names)
     with atomic_files(path.parent) as temporary:
         written = temporary(path.name)
-        _write(format_, ScoringPath(model).eval(), [t[:2] for t in inputs], written)
+        module, example = ScoringPath(model).eval(), [t[:2] for t in inputs]
+        _write(format_, module, example, written, json.dumps(recipe))
         difference = max_abs_difference(_run_exported(format_, written, inputs, names), expected)
         if not difference <= PARITY_TOLERANCE:
             raise ExportError(
@@ -175,5 +216,6 @@ def export_run(
         exported = Exported(path, format_, described, len(rows), difference)
         record = {**asdict(exported), "path": path.name, "output": "scores (batch, num_items + 1)"}
         record["run"] = str(run.run_dir.resolve())
+        record["recommend"] = recipe
         temporary(path.name + ".json").write_text(json.dumps(record, indent=2) + "\n")
     return exported
