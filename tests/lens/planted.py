@@ -115,5 +115,6 @@ def read_planted(run_dir: Path, data, truth, sequences: int) -> dict:
         "counterfactual_optimal_is_trigger": on_trigger("optimal_counterfactual"),
         "epochs": head["epochs"],
         "svm": head["svm"]["selected"],
+        "verdict": lens["verdict"][0],
         "report": report,
     }

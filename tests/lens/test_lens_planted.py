@@ -42,6 +42,11 @@ def test_lens_finds_the_planted_trigger(tmp_path):
     assert [row["epoch"] for row in result["epochs"]] == list(range(SMALL["epochs"] + 1))
     assert curve[-1] > curve[0] + 0.3
     assert result["report"].is_file()
+    # the plain verdict names what was planted: one trigger item, at a varying position
+    verdict = result["verdict"]
+    assert verdict["pattern"] == "trigger", verdict["sentence"]
+    assert verdict["sentence"].startswith("head 0.0 attends mostly to a single 'trigger' item")
+    assert "Verdict" in result["report"].read_text()
 
 
 def test_lens_linear_score_finds_the_trigger_of_a_linear_head_model(tmp_path):

@@ -16,11 +16,17 @@ def lens(
     titles: Path | None = typer.Option(
         None, help="item titles (movies.dat or 'id<TAB>title'); default: movies.dat by the data"
     ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bars"),
 ) -> None:
-    """Write lens.json, PNG plots and a self-contained report.html for a run."""
+    """Write lens.json, PNG plots and a self-contained report.html for a run; print the
+    plain verdict (what each head attends to) and the report's path."""
+    import json
+
     from attnsvm.lens.report import write_report
 
-    report = write_report(run_dir, out, sequences, layer, head, titles=titles)
+    report = write_report(run_dir, out, sequences, layer, head, titles=titles, progress=not quiet)
+    for row in json.loads((report.parent / "lens.json").read_text()).get("verdict", []):
+        typer.echo(row["sentence"])
     typer.echo(str(report))
 
 

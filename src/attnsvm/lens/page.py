@@ -217,6 +217,7 @@ def report_html(summary: dict, images: dict[str, bytes], examples: str, info: di
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>attnsvm lens</title>"
         f"<style>{STYLE}</style></head><body><h1>The lens: {html.escape(info['model'])} on "
         f"{html.escape(info['dataset'])}</h1>"
+        + _verdict(summary)
         + _header(info)
         + _recovery(summary)
         + _glossary()
@@ -235,4 +236,16 @@ def report_html(summary: dict, images: dict[str, bytes], examples: str, info: di
         + "</table>"
         f"<ul>{notes}</ul><h2>Plots</h2>{figures}<h2>Example users</h2>{examples}"
         "</body></html>"
+    )
+
+
+def _verdict(summary: dict) -> str:
+    """The plain verdict, first on the page: one sentence per head, in the data's terms."""
+    rows = summary.get("verdict") or []
+    if not rows:
+        return ""
+    items = "".join(f"<li>{html.escape(row['sentence'])}</li>" for row in rows)
+    return (
+        "<h2>Verdict</h2><p>What the heads attend to from the last position, over "
+        f"{summary['sequences']} sampled test histories:</p><ul class='verdict'>{items}</ul>"
     )

@@ -20,7 +20,8 @@ from attnsvm.lens.page import examples_html, report_html
 from attnsvm.lens.plots import head_plots
 from attnsvm.lens.run import analyse_run
 from attnsvm.lens.solve import SOFT_MARGIN_C
-from attnsvm.rec.data.titles import find_titles, read_titles
+from attnsvm.lens.verdict import category_codes, head_verdict
+from attnsvm.rec.data.titles import find_titles, read_item_titles
 
 
 def write_report(
@@ -41,11 +42,13 @@ def write_report(
     result = analyse_run(run_dir, sequences, layer, head, C=C, seed=seed, progress=progress)
     data = result.run.config.data
     title_path = Path(titles) if titles is not None else find_titles(data.dataset, data.root)
-    item_titles = read_titles(title_path) if title_path is not None else {}
+    items = read_item_titles(title_path) if title_path is not None else None
+    item_titles = items.titles if items is not None else {}
     images = {}
     for analysis, view, scores in zip(result.analyses, result.views, result.scores, strict=True):
         images.update(head_plots(analysis, view, scores))
     summary = result.summary(title_path)
+    summary["verdict"] = [v.summary() for v in verdicts(result, items.categories if items else {})]
     info = run_info(result)
     out = Path(out_dir) if out_dir is not None else result.run.run_dir / "lens"
     page = report_html(summary, images, examples_html(result, item_titles), info)
@@ -71,3 +74,26 @@ def run_info(result) -> dict:
             if key in metrics:
                 info[key] = metrics[key]
     return info
+
+
+def verdicts(result, categories: dict[str, str]) -> list:
+    """Per head, the plain verdict (``attnsvm.lens.verdict``): ``categories`` maps external item
+    ids to their category (the first one listed where several are, as ``A | B``)."""
+    first = {item: c.split("|")[0].strip() for item, c in categories.items() if c.strip()}
+    codes = category_codes(result.run.item_ids, first)
+    out = []
+    for analysis, view in zip(result.analyses, result.views, strict=True):
+        best = analysis.optimal.get("counterfactual", analysis.optimal.get("linear"))
+        out.append(
+            head_verdict(
+                analysis.layer,
+                analysis.head,
+                view.attention,
+                view.valid,
+                result.windows,
+                result.targets,
+                codes,
+                best,
+            )
+        )
+    return out
