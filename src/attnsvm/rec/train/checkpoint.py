@@ -123,9 +123,21 @@ def check_weights_fit(model: torch.nn.Module, path: Path) -> None:
 
 
 def load_weights(model: torch.nn.Module, path: Path) -> None:
-    """Load safetensors weights saved by ``save_weights`` (strict: every key must match)."""
+    """Load safetensors weights saved by ``save_weights`` (strict: every key must match), each
+    of the dtype the model's own is and finite: ``load_state_dict`` would cast int8 weights
+    silently, and a NaN weight ranks items by garbage (training stops before it saves one)."""
     check_weights_fit(model, path)
-    model.load_state_dict(read_weights(path), strict=True)
+    tensors = read_weights(path)
+    expected = model.state_dict()
+    for key, tensor in sorted(tensors.items()):
+        if tensor.dtype != expected[key].dtype:
+            raise RunDirError(
+                f"{path}: damaged weights ({shown(key)} is stored as {tensor.dtype}, the "
+                f"model's is {expected[key].dtype})"
+            )
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise RunDirError(f"{path}: damaged weights ({shown(key)} holds NaN or infinity)")
+    model.load_state_dict(tensors, strict=True)
 
 
 def save_resume_state(path: Path, state: dict[str, Any]) -> None:
