@@ -24,7 +24,7 @@ test: lint docs
 	$(BIN)/python -m pytest -n 2 -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check .
 	$(BIN)/ruff format --check src tests benchmarks
 
 # the documentation site in strict mode (a broken link or reference fails), built into a
