@@ -1,5 +1,6 @@
 """Hostile requests to the commands added since the first corpus (``tune``, ``rl``, ``stream``,
-``export``), output paths that can never be written, and decompression and expansion bombs.
+``export``, ``serve``, ``recommend --all``), output paths that can never be written, and
+decompression and expansion bombs.
 
 A refused request writes nothing: no run directory, no ``.incomplete`` folder, no simulator
 folder, no export (``_nothing_left``), and a request refused for its data is refused the same
@@ -22,6 +23,7 @@ from attnsvm.rec.data.datasets import load_dataset
 from attnsvm.rec.sim.simulator import FitSettings, fit_simulator
 
 COMMAND, OUTPUT, BOMB = "tune/rl/stream/export request", "output path", "bomb"
+SERVE = "serve / recommend --all request"
 SIMULATOR_ITEMS = 10
 
 
@@ -219,6 +221,45 @@ def _output_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+def _titles(workspace, header: str) -> str:
+    return str(workspace.file("titles.csv", f"{header}\n1,a,b\n2,c,d\n"))
+
+
+def _serve_cases() -> list[Case]:
+    """Refused before the server listens (an accepted one would serve until stopped)."""
+    serve = lambda w, *o: ["serve", str(w.copy_run()), *o]  # noqa: E731
+    everyone = lambda w, *o: ["recommend", str(w.copy_run()), "--all", *o]  # noqa: E731
+    return [
+        refused("serve --port 70000", SERVE, lambda w: serve(w, "--port", "70000"),
+                r"--port must lie in \[0, 65,535\], got 70000"),
+        refused("serve --batch-wait-ms nan", SERVE, lambda w: serve(w, "--batch-wait-ms", "nan"),
+                r"--batch-wait-ms must be a finite number, got nan"),
+        refused("serve --workers 0", SERVE, lambda w: serve(w, "--workers", "0"),
+                r"--workers must lie in \[1, "),
+        refused("serve --titles with the title column named twice", SERVE,
+                lambda w: serve(w, "--titles", _titles(w, "item,name,name"),
+                                "--title-columns", "item=item,title=name"),
+                r"titles.csv:1: has 2 columns named 'name' \(0-based columns 1, 2\)"),
+        refused("recommend --all without --out", SERVE, lambda w: everyone(w),
+                r"--all needs --out FILE.parquet"),
+        refused("recommend --all --out a .csv", SERVE,
+                lambda w: everyone(w, "--out", str(w.root / "r.csv")),
+                r"out must be a .parquet file", _nothing_left("r.csv")),
+        refused("recommend --all --out a dangling symbolic link", SERVE,
+                lambda w: everyone(w, "--out", _dangling(w, "r.parquet")),
+                r"r.parquet: is a dangling symbolic link", _nothing_left("nowhere")),
+        refused("recommend --all --out a directory", SERVE,
+                lambda w: everyone(w, "--out", _directory(w, "d.parquet")),
+                r"d.parquet: Is a directory"),
+        refused("recommend --all --histories bogus", SERVE,
+                lambda w: everyone(w, "--histories", "bogus", "--out", str(w.root / "r.parquet")),
+                r"histories must be one of full, test, valid", _nothing_left("r.parquet")),
+        refused("recommend --all -k beyond the catalogue", SERVE,
+                lambda w: everyone(w, "-k", "31", "--out", str(w.root / "r.parquet")),
+                r"k=31 exceeds the catalogue \(30 items\)", _nothing_left("r.parquet")),
+    ]  # fmt: skip
+
+
 def _capped(workspace, variable: str, value: str | None) -> None:
     """``variable`` set to ``value`` for this case only (None: left as it is)."""
     if value is None:
@@ -295,4 +336,4 @@ def _bomb_cases() -> list[Case]:
 
 
 def command_cases() -> list[Case]:
-    return _request_cases() + _output_cases() + _bomb_cases()
+    return _request_cases() + _serve_cases() + _output_cases() + _bomb_cases()

@@ -24,8 +24,11 @@ from reliability_harness import (
     run_case,
 )
 from reliability_run_cases import run_cases
+from reliability_table_cases import table_cases
 
-CORPUS = data_cases() + config_cases() + run_cases() + download_cases() + command_cases()
+CORPUS = (
+    data_cases() + table_cases() + config_cases() + run_cases() + download_cases() + command_cases()
+)
 COLUMNS = {
     REFUSED: "refused, one clear line",
     ACCEPTED: "accepted, read correctly",

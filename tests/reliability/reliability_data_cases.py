@@ -15,7 +15,7 @@ import zipfile
 
 from reliability_harness import Case, accepted, refused
 
-from attnsvm.rec.data._parse import MAX_ID_LENGTH
+from attnsvm.rec.data._tokens import MAX_ID_LENGTH
 
 LAYOUTS = {  # file name → a clean file of 3 users, 3 items, 6 events
     "ratings.dat": "1::10::5::978300760\n1::11::4::978300761\n2::10::3::978300762\n"
@@ -85,11 +85,19 @@ ODD_IDS = (
     ("Arabic-Indic digits (int() reads them; they would merge with ASCII ids)", "١٠", 1,
      "'١٠' is not an integer"),
     ("an underscore in an id (int() reads 1_0 as 10)", "1_0", 1, "'1_0' is not an integer"),
+    ("a leading + on a user id (int() reads +1 as user 1)", "+1", 0,
+     r"'\+1' is not an integer: ids are ASCII digits"),
+    ("full-width digits in an id (int() reads them)", "１０", 1, "'１０' is not an integer"),
     ("rich markup as an id (printed as text)", "[/bogus][bold]x", 1,
      r"'\[/bogus\]\[bold\]x' is not an integer"),
     ("a terminal escape sequence as an id (shown escaped)", "\x1b[2J\x1b[31m7", 1,
      r"'\\x1b\[2J\\x1b\[31m7' is not an integer"),
 )  # fmt: skip
+_ASCII_ONLY = "is not a number: numbers are written in ASCII"
+# (a time, what the message says of it): float() reads the last three, the readers do not
+ODD_TIMES = (("nan", "is not finite"), ("inf", "is not finite"), ("-inf", "is not finite"),
+             ("soon", "is not a number"), ("1_0", _ASCII_ONLY), ("١٠", _ASCII_ONLY),
+             ("１０", _ASCII_ONLY))  # fmt: skip
 
 
 def _id_cases(name: str, clean: str, where: str) -> list[Case]:
@@ -212,8 +220,7 @@ def _layout_cases(name: str, clean: str) -> list[Case]:
         )
     if name in TIMED:
         time = 3 if name in ("ratings.dat", "u.data", "ratings.csv") else 2
-        for value, problem in (("nan", "is not finite"), ("inf", "is not finite"),
-                               ("-inf", "is not finite"), ("soon", "is not a number")):  # fmt: skip
+        for value, problem in ODD_TIMES:
             cases.append(
                 refused(
                     f"{name}: {value} for a time",
@@ -327,22 +334,25 @@ def _special_cases() -> list[Case]:
                 r"run.toml: cannot read config \(is a named pipe"),
         refused("a truncated zip", archive,
                 lambda w: _prepare(w.file("ml-100k.zip", _zipped(w, udata)[:-30])),
-                r"ml-100k.zip: is a damaged zip archive"),
+                r"ml-100k.zip: is a damaged zip archive \(.*\): it is corrupt or cut short; "
+                r"download or copy it again"),
         refused("an empty file named .zip", archive,
                 lambda w: _prepare(w.file("ml-100k.zip", b"")),
-                r"ml-100k.zip: is a damaged zip archive"),
+                r"ml-100k.zip: is empty: give the archive as published, or the data file itself"),
         refused("a zip whose member is corrupt (CRC)", archive, _corrupt_member,
-                r"ml-100k.zip: is a damaged zip archive"),
+                r"ml-100k.zip:ml-100k/u.data: is damaged inside the archive \(.*\): the "
+                r"archive is corrupt or cut short; download or copy it again"),
         refused("a zip whose member is encrypted", archive, _encrypted_member,
                 r"ml-100k.zip:ml-100k/u.data: is encrypted"),
         refused("a zip member claiming 4 GiB (a zip bomb)", archive, _zip_bomb,
                 r"u.data: would expand to 4,294,967,280 bytes"),
         refused("a zip without the dataset's file", archive,
                 lambda w: _prepare(_zip(w, "ml-100k.zip", {"README": b"hi"})),
-                r"ml-100k.zip: holds none of the ml-100k files \(u.data\)"),
+                r"ml-100k.zip: holds none of the ml-100k files \(u.data\); it holds 'README': "
+                r"give the ml-100k archive as published, or one of its files itself"),
         refused("a zip with u.data as a folder only", archive,
                 lambda w: _prepare(_zip(w, "ml-100k.zip", {"ml-100k/u.data/": b""})),
-                r"ml-100k.zip: holds none of the ml-100k files"),
+                r"ml-100k.zip: holds none of the ml-100k files \(u.data\); it holds no file: give"),
         refused("a zip whose u.data is malformed", archive,
                 lambda w: _prepare(_zip(w, "ml-100k.zip", {"ml-100k/u.data": b"1\t2\n"})),
                 r"ml-100k.zip:ml-100k/u.data:1: expected 4 fields"),
@@ -352,7 +362,8 @@ def _special_cases() -> list[Case]:
         accepted("a zip under another name (.xlsx), read by its content", archive,
                  lambda w: _prepare(_zip(w, "u.xlsx", {"u.data": udata * 20})), _prepared),
         refused("a file named like the zip, but text", archive,
-                lambda w: _prepare(w.file("ml-100k.zip", udata)), r"ml-100k.zip: is a damaged zip"),
+                lambda w: _prepare(w.file("ml-100k.zip", udata)),
+                r"ml-100k.zip: is not a zip archive \(it holds no zip record\): give the archive"),
     ]  # fmt: skip
 
 

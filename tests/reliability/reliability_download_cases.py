@@ -110,11 +110,14 @@ def download_cases() -> list[Case]:
                 lambda w: _download(w, "/toy.txt", "sha256:" + "0" * 64),
                 r"toy.txt: sha256 [0-9a-f]+ differs from the published", _nothing_kept),
         refused("a missing file (404)", DOWNLOAD, lambda w: _download(w, "/gone.txt"),
-                r"gone.txt: download failed \(Not Found\)", _nothing_kept),
+                r"gone.txt: download failed \(Not Found\): check the network and try again, or "
+                r"fetch the file another way", _nothing_kept),
         refused("no server listening", DOWNLOAD, _no_server,
-                r"toy.txt: download failed \(.*refused", _nothing_kept),
+                r"toy.txt: download failed \(.*refused.*\): check the network", _nothing_kept),
         refused("a damaged zip without a checksum", DOWNLOAD,
-                lambda w: _download(w, "/toy.zip"), r"toy.zip: is a damaged zip archive",
+                lambda w: _download(w, "/toy.zip"),
+                r"^error: http://127.0.0.1:\d+/toy.zip:toy/toy.txt: is damaged inside the archive "
+                r"\(Bad CRC-32.*\): .*download or copy it again \(the download was not kept\)",
                 _nothing_kept),
         accepted("a stale, short copy in the cache is fetched again", DOWNLOAD, _stale_copy,
                  _prepared),

@@ -1,8 +1,9 @@
-"""A full disk under every writer of ``train``, ``data prepare``, ``export``, ``lens``,
-``rl simulator``, ``rl episodes`` and ``stream``: one line naming the file that could not be
-written, nothing half-written left behind (no temporary file, no partial export, simulator or
-prepared table, no folder the command created), and once space is freed the same command, or its
-``--resume``, finishes with the results of a run that never met a full disk.
+"""A full disk under every writer of ``train``, ``data prepare``, ``export``, ``recommend --all``,
+``lens``, ``rl simulator``, ``rl episodes`` and ``stream``: one line naming the file that could
+not be written, nothing half-written left behind (no temporary file, no partial export, simulator,
+recommendation table or prepared table, no folder the command created), and once space is freed
+the same command, or its ``--resume``, finishes with the results of a run that never met a full
+disk.
 
 The disk is ``full_disk.FullDisk``: from its k-th write on, every write raises
 ``OSError(ENOSPC)``. Each writer is tried with the disk filling at its first write, at its last,
@@ -170,7 +171,7 @@ def test_data_prepare_on_a_full_disk_leaves_no_table(kind, tmp_path, disk):
         assert files_under(cache) == prepared
 
 
-# -- export, lens, rl ------------------------------------------------------------------------
+# -- export, recommend --all, lens, rl --------------------------------------------------------
 
 
 def _simulator(tmp_path: Path) -> Path:
@@ -185,6 +186,9 @@ def _simulator(tmp_path: Path) -> Path:
 WRITERS = {  # writer → (arguments, the folder it writes, whether the folder is its own)
     "export torchscript": lambda w: (
         ["export", str(w.copy_run()), "--format", "torchscript"], w.root / "run" / "export"),
+    "recommend --all --out": lambda w: (
+        ["recommend", str(w.copy_run()), "--all", "--out", str(w.root / "recs" / "all.parquet")],
+        w.root / "recs"),
     "lens --out": lambda w: (
         ["lens", str(w.copy_run()), "--sequences", "4", "--out", str(w.root / "lens")],
         w.root / "lens"),

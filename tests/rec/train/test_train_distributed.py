@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from train_helpers import step_config
+from train_helpers import STEP_LOSSES, step_config
 
 from attnsvm.rec.train import distributed, load_run
 from attnsvm.rec.train.checkpoint import load_weights
@@ -23,7 +23,10 @@ from attnsvm.rec.train.scoring import build, evaluate_model, load_split
 HERE = Path(__file__).parent
 
 
-def test_two_processes_match_one(trained_run, walks, tmp_path):
+@pytest.mark.parametrize("loss", sorted(STEP_LOSSES))
+def test_two_processes_match_one(trained_run, walks, tmp_path, loss):
+    """Two processes on loopback: the test metrics (ranked in item ranges there) and one step of
+    each loss, the large-catalogue ones included, equal one process's."""
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         torchrun = shutil.which("torchrun")
@@ -41,6 +44,7 @@ def test_two_processes_match_one(trained_run, walks, tmp_path):
         str(trained_run),
         str(walks),
         str(tmp_path),
+        loss,
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -50,7 +54,7 @@ def test_two_processes_match_one(trained_run, walks, tmp_path):
     single = evaluate_model(run.model, split.test, split.num_items, run.config.eval)
     assert json.loads((tmp_path / "eval.json").read_text()) == single.metrics
 
-    config = step_config(walks)
+    config = step_config(walks, loss)
     split = load_split(config.data)
     model = build(config, split.num_items)
     loop = TrainingLoop(config, split, model, distributed.Context())

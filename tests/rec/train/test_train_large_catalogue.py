@@ -13,6 +13,8 @@ import torch
 from train_helpers import tiny_config
 
 from attnsvm.rec.models import LossConfig
+from attnsvm.rec.nn import embedding
+from attnsvm.rec.nn.embedding import ItemEmbedding, sparse_row_gradients, table_rows
 from attnsvm.rec.train import distributed, train
 from attnsvm.rec.train.loop import TrainingLoop
 from attnsvm.rec.train.scoring import build, load_split
@@ -125,3 +127,60 @@ def test_padding_positions_are_left_out_of_the_loss(walks, loss):
         logits = torch.cat([positive[:, None], negative], dim=1)
         expected = (torch.logsumexp(logits, dim=1) - positive).mean()
     torch.testing.assert_close(loop._loss_share(step, hidden), expected, atol=1e-5, rtol=1e-5)
+
+
+PER_POSITION = LossConfig(name="sampled_softmax", num_negatives=6, logq_correction=True)
+
+
+@pytest.mark.parametrize(
+    "loss", [*LOSSES, PER_POSITION], ids=lambda loss: f"{loss.name}-{loss.negatives}"
+)
+def test_large_catalogue_steps_add_sparse_rows_and_fuse_adamw_to_the_same_step(
+    walks, loss, monkeypatch
+):
+    """Past ``SPARSE_ROWS_FROM_ITEMS`` (lowered here to the tiny catalogue) every lookup of the
+    item table hands autograd a sparse gradient that the table's dense ``.grad`` adds, and
+    AdamW runs fused: the same gradients and the same updated weights as the dense path."""
+
+    def step(large: bool):
+        if large:
+            monkeypatch.setattr(embedding, "SPARSE_ROWS_FROM_ITEMS", 1)
+        config = tiny_config(walks, model="sasrec", dropout=0.0, loss=loss)
+        config = dataclasses.replace(
+            config, train=dataclasses.replace(config.train, length_groups=4)
+        )
+        split = load_split(config.data)
+        torch.manual_seed(0)
+        model = build(config, split.num_items)
+        loop = TrainingLoop(config, split, model, distributed.Context())
+        table = model.items.input.weight
+        lookups = []
+        table.register_hook(lambda gradient: lookups.append(gradient.is_sparse))
+        loop.train_step(np.arange(len(loop.examples)), loop.begin_epoch(1))
+        assert loop.optimizer.defaults["fused"] == (True if large else None)
+        return lookups, {
+            name: (p.grad.clone(), p.detach().clone()) for name, p in model.named_parameters()
+        }
+
+    dense_lookups, dense = step(large=False)
+    sparse_lookups, sparse = step(large=True)
+    assert dense_lookups and not any(dense_lookups)
+    # a sampled loss reads some rows; ce's product reads every row: its gradient stays dense
+    assert sparse_lookups == [loss.name != "ce"] * len(sparse_lookups)
+    for name, (gradient, weight) in dense.items():
+        torch.testing.assert_close(sparse[name][0], gradient, atol=1e-7, rtol=1e-5, msg=name)
+        torch.testing.assert_close(sparse[name][1], weight, atol=1e-7, rtol=1e-5, msg=name)
+
+
+def test_a_lookup_of_a_marked_table_is_a_sparse_gradient_of_its_rows():
+    items = ItemEmbedding(num_items=50, dim=4)
+    (table,) = sparse_row_gradients(items)
+    assert table.grad is not None and not table.grad.is_sparse
+    seen = []
+    table.register_hook(lambda gradient: seen.append(gradient))
+    ids = torch.tensor([[0, 3, 3, 7]])
+    (items(ids).sum() + table_rows(items.output_weight(), torch.tensor([7, 9])).sum()).backward()
+    assert [g.is_sparse for g in seen] == [True]
+    expected = torch.zeros(51, 4)
+    expected[3], expected[7], expected[9] = 2.0, 2.0, 1.0  # padding (id 0) gets none
+    torch.testing.assert_close(table.grad, expected)

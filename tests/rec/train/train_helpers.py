@@ -51,8 +51,18 @@ def tiny_config(
     )
 
 
-def step_config(data: Path) -> RunConfig:
+#: the losses whose distributed step is checked against one process: per-position negatives,
+#: the large-catalogue ones (negatives shared by the step, from the sampler and the batch, with
+#: log-q correction) and the full CE in item tiles
+STEP_LOSSES = {
+    "bce": LossConfig(name="bce", num_negatives=3),
+    "mixed": LossConfig(
+        name="sampled_softmax", num_negatives=8, negatives="mixed", logq_correction=True
+    ),
+    "ce_item_chunk": LossConfig(name="ce", ce_item_chunk=7),
+}
+
+
+def step_config(data: Path, loss: str = "bce") -> RunConfig:
     """No dropout (its masks depend on the process count) and sampled negatives (they must not)."""
-    return tiny_config(
-        data, model="sasrec", dropout=0.0, loss=LossConfig(name="bce", num_negatives=3)
-    )
+    return tiny_config(data, model="sasrec", dropout=0.0, loss=STEP_LOSSES[loss])

@@ -2,13 +2,12 @@
 ``splits`` → ``batches``.
 
 ``catalog`` is the registry of named datasets, ``sources`` finds and verifies their raw files,
-``datasets`` downloads, prepares, caches and loads them (``_parse`` is the readers' toolkit,
-``tables`` reads a file of one's own with a column mapping, ``frames`` types every such table,
-a DataFrame's too, ``cleaning`` cleans one as it is prepared, ``titles`` reads item titles and
-categories),
-``samplers`` draws negatives, ``synthetic`` makes planted-trigger sequences with their ground
-truth, and ``sequences`` holds the CSR ``Sequences`` / ``EvalTask`` types the other stages
-exchange.
+``datasets`` downloads, prepares, caches and loads them (``_parse`` and ``_tokens`` are the
+readers' toolkit, ``tables`` reads a file of one's own with a column mapping, ``frames`` types
+every such table, a DataFrame's too, ``cleaning`` cleans one as it is prepared, ``titles``
+reads item titles and categories), ``samplers`` draws negatives, ``synthetic`` makes
+planted-trigger sequences with their ground truth, and ``sequences`` holds the CSR
+``Sequences`` / ``EvalTask`` types the other stages exchange.
 
 The Python API for one's own data is here: ``read_frame`` (a DataFrame → ``Interactions``),
 ``prepare_frame`` (a DataFrame stored as a named dataset, as ``attnsvm data prepare`` stores a

@@ -1,21 +1,18 @@
-"""The readers' parsing toolkit: bytes → text → rows → typed columns, every failure a
-``DataFormatError`` naming the file and the 1-based line.
+"""The readers' parsing toolkit: bytes → text → rows, every failure a ``DataFormatError`` naming
+the file and the 1-based line.
 
 Owns what every format shares: reading and decoding a file, polars' fast path for clean
-delimited files, splitting lines into fields, converting token columns to ids, numbers and times
-(``Origin`` says which line, or which row of a Parquet file or DataFrame, a bad token came
-from), and mapping a header's columns to roles. ``readers`` keeps one function per file format
-on top of it; ``frames`` is the one path every table with a column mapping takes.
+delimited files, splitting lines into fields, and mapping a header's columns to roles. Typing
+the fields (ids, numbers, times: the one parsing rule every format follows) is ``_tokens``';
+``readers`` keeps one function per file format on top of both; ``frames`` is the one path every
+table with a column mapping takes.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import re
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,17 +20,16 @@ import polars as pl
 
 from attnsvm._files import read_bytes
 from attnsvm.errors import UnreadableFile, shown
+from attnsvm.rec.data._tokens import (
+    Origin,
+    floats,
+    integers,
+    time_columns,
+    times,
+    tokens_as_ids,
+)
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.interactions import Interactions
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-MAX_ID_LENGTH = 1000  # characters of a text id (ASINs have 10, UUIDs 36, URLs a few hundred)
-# how many of each unit a second holds: what a number in a time column is read as
-TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
-_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-_ASCII_INTEGERS = re.compile(r"[ \t]*[+-]?[0-9]+[ \t]*(?:\n[ \t]*[+-]?[0-9]+[ \t]*)*")
-
 
 # -- bytes → text → rows -------------------------------------------------------------------
 
@@ -87,9 +83,11 @@ def file_text(path: str | Path, data: bytes | None) -> str:
 
 def fast_columns(data: bytes, sep: str, schema: dict, skip: int) -> list[np.ndarray] | None:
     """Clean files parse in polars' native reader. Anything it doubts (an exception, a null, a
-    non-finite number, a CR or BOM, no rows) returns None, and the caller reads line by line,
-    which names the first bad line: the fast path never decides an error itself."""
-    if b"\r" in data or data.startswith(b"\xef\xbb\xbf"):
+    non-finite number, a CR, no rows) returns None, and the caller reads line by line, which
+    names the first bad line: the fast path never decides an error itself. Nor does it see a
+    BOM or any other byte beyond ASCII, a "+" or a "_", which ``_tokens``' rule may refuse where
+    polars would read a number."""
+    if b"\r" in data or not data.isascii() or b"+" in data or b"_" in data:
         return None
     if len(sep) > 1:  # polars takes one-byte separators: '::' becomes the unit separator
         if b"\x1f" in data:
@@ -176,157 +174,12 @@ def transpose(rows: list[list[str]]) -> list[tuple[str, ...]]:
     return list(zip(*rows, strict=True))
 
 
-# -- token columns → typed columns ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Where a column's tokens came from, so that a bad one is reported by file and line.
-
-    ``line_of`` maps a token's index to its 1-based line, or with ``rows`` to its 1-based row
-    (a Parquet file or a DataFrame has rows, not lines). ``header_hint``: a bad token on line 1
-    suggests a stray header, which only helps in formats that have none.
-    """
-
-    path: str | Path
-    line_of: Callable[[int], int]
-    header_hint: bool = True
-    rows: bool = False
-
-    @classmethod
-    def per_row(
-        cls, path: str | Path, numbers: np.ndarray, header_hint: bool = True, rows: bool = False
-    ) -> Origin:
-        """One token per data line (or row); ``numbers`` are the lines (as ``split_lines``
-        gives) or rows."""
-        return cls(path, lambda index: int(numbers[index]), header_hint, rows)
-
-    @classmethod
-    def per_span(cls, path: str | Path, numbers: np.ndarray, lengths: Sequence[int]) -> Origin:
-        """``lengths[r]`` consecutive tokens from line ``numbers[r]`` (several items a line)."""
-        ends = np.cumsum(lengths)
-        return cls(path, lambda index: int(numbers[np.searchsorted(ends, index, side="right")]))
-
-    def error(self, message: str, index: int) -> DataFormatError:
-        """``message`` about the token at ``index``, placed at its line or row."""
-        number = self.line_of(index)
-        if self.rows:
-            return DataFormatError(self.path, f"row {number}: {message}")
-        return DataFormatError(self.path, message, number)
-
-    def bad(self, what: str, token: str, index: int, problem: str) -> DataFormatError:
-        hint = ""
-        if self.header_hint and not self.rows and self.line_of(index) == 1:
-            hint = " (line 1 looks like a header; this format has none)"
-        return self.error(f"{what} {shown(token.strip())} {problem}{hint}", index)
-
-
-def _all_integers(tokens: Sequence[str]) -> bool:
-    """Whether every token is an integer in ASCII digits: numpy (like ``int``) would also read
-    ``1_000`` as 1000 and Arabic-Indic ``١٢`` as 12, merging ids that differ in the file."""
-    return bool(tokens) and _ASCII_INTEGERS.fullmatch("\n".join(tokens)) is not None
-
-
-def integers(tokens: Sequence[str], what: str, origin: Origin) -> np.ndarray:
-    """Tokens as int64; on failure, name the first bad token and its line."""
-    if _all_integers(tokens):
-        try:
-            return np.array(tokens, dtype=np.int64)
-        except (OverflowError, ValueError):  # beyond int64, or beyond the digits int() takes
-            pass  # find the first bad token: numpy does not say which one it was
-    values = []
-    for index, token in enumerate(tokens):
-        text = token.strip(" \t")
-        if _INTEGER.fullmatch(text) is None:
-            raise origin.bad(what, token, index, "is not an integer")
-        # no int() of a huge token: Python refuses over 4,300 digits, and 19 digits bound int64
-        if len(text.lstrip("+-").lstrip("0")) > 19 or not _INT64_MIN <= int(text) <= _INT64_MAX:
-            raise origin.bad(what, token, index, "is out of the 64-bit integer range")
-        values.append(int(text))
-    return np.array(values, dtype=np.int64)
-
-
-def floats(tokens: Sequence[str], what: str, origin: Origin) -> np.ndarray:
-    """Tokens as finite float64; on failure, name the first bad token and its line."""
-    try:
-        values = np.array(tokens, dtype=np.float64)
-    except ValueError:
-        parsed = []
-        for index, token in enumerate(tokens):
-            try:
-                parsed.append(float(token))
-            except ValueError:
-                raise origin.bad(what, token, index, "is not a number") from None
-        values = np.array(parsed, dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        index = int(bad[0])
-        # no header hint: 'inf' or 'nan' parses, so it is a value, not a header word
-        raise origin.error(f"{what} {shown(tokens[index].strip())} is not finite", index)
-    return values
-
-
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
-
-
-def times(
-    tokens: Sequence[str], what: str, origin: Origin, unit: str = "s"
-) -> tuple[np.ndarray, str]:
-    """Event times as float64 Unix seconds, and how they were read.
-
-    A column whose first time is a number holds numbers, counted in ``unit`` since 1970-01-01
-    UTC (``TIME_UNITS``); otherwise ISO-8601 date-times (``2024-01-01T01:02:32Z``, ``…+02:00``,
-    ``2024-01-01 01:02:32``, ``2024-01-01``), those without a zone read as UTC. A token of the
-    other kind, or of neither, is an error naming its line.
-    """
-    if _is_number(tokens[0]):
-        return unix_seconds(floats(tokens, what, origin), unit)
-    seconds = []
-    for index, token in enumerate(tokens):
-        try:
-            moment = datetime.fromisoformat(token.strip())
-        except ValueError:
-            kind = "a number or an ISO-8601 time"
-            if index:
-                kind = "an ISO-8601 time (the column's first time is one)"
-            raise origin.bad(what, token, index, f"is not {kind}") from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        seconds.append(moment.timestamp())
-    return np.array(seconds, dtype=np.float64), "ISO-8601 (UTC where no zone is given)"
-
-
-def unix_seconds(numbers: np.ndarray, unit: str) -> tuple[np.ndarray, str]:
-    """Numbers counted in ``unit`` since 1970-01-01 UTC, as seconds; and how they were read."""
-    return numbers / TIME_UNITS[unit], f"Unix {_UNIT_WORDS[unit]}"
-
-
-def tokens_as_ids(tokens: Sequence[str], what: str, origin: Origin) -> np.ndarray:
-    """Free-form id tokens (RecBole ``:token``, generic tables): int64 when all are integers.
-
-    Text ids are stored at the width of the longest, so one huge token would make every id that
-    large: ids beyond ``MAX_ID_LENGTH`` characters are refused."""
-    longest = max(range(len(tokens)), key=lambda index: len(tokens[index]), default=None)
-    if longest is not None and len(tokens[longest]) > MAX_ID_LENGTH:
-        raise origin.bad(what, tokens[longest], longest, f"is over {MAX_ID_LENGTH:,} characters")
-    if _all_integers(tokens):
-        try:
-            return np.array(tokens, dtype=np.int64)
-        except (OverflowError, ValueError):  # beyond int64, or beyond the digits int() takes
-            pass  # kept as the text they are
-    return np.array([t.strip() for t in tokens], dtype=str)
-
-
 # -- header-driven tables -------------------------------------------------------------------
 
 
 def header_index(path: str | Path, header: list[str], wanted: dict[str, str | None]) -> dict:
-    """Column index of each wanted role (role → header name); a clear error if one is missing."""
+    """Column index of each wanted role (role → header name); a clear error if one is missing,
+    or if two columns have its name (which of them was meant, no reader can know)."""
     index = {}
     for role, name in wanted.items():
         if name is None:
@@ -335,7 +188,15 @@ def header_index(path: str | Path, header: list[str], wanted: dict[str, str | No
             raise DataFormatError(
                 path, f"has no {role} column {name!r} (header: {shown(', '.join(header))})", 1
             )
-        index[role] = header.index(name)
+        positions = [position for position, field in enumerate(header) if field == name]
+        if len(positions) > 1:
+            raise DataFormatError(
+                path,
+                f"has {len(positions)} columns named {shown(name)} (0-based columns "
+                f"{', '.join(map(str, positions))}): rename them so that one name is one column",
+                1,
+            )
+        index[role] = positions[0]
     return index
 
 
@@ -360,11 +221,11 @@ def from_mapped(
             return integers(tokens, f"{role} id", origin)
         return tokens_as_ids(tokens, f"{role} id", origin)
 
-    timestamp = rating = None
+    when = rating = None
     if "timestamp" in index:
-        timestamp = times(columns[index["timestamp"]], "timestamp", origin)[0]
+        when = times(columns[index["timestamp"]], "timestamp", origin)
     if "rating" in index:
         rating = floats(columns[index["rating"]], "rating", origin)
     return Interactions.from_columns(
-        ids("user"), ids("item"), timestamp=timestamp, rating=rating, source=str(path)
+        ids("user"), ids("item"), rating=rating, source=str(path), **time_columns(when)
     )

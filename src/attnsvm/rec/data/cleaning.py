@@ -25,7 +25,8 @@ import numpy as np
 import polars as pl
 
 from attnsvm.errors import InvalidRequest, shown
-from attnsvm.rec.data._parse import Origin, blank, floats
+from attnsvm.rec.data._parse import blank
+from attnsvm.rec.data._tokens import Origin, floats
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.interactions import Interactions
 

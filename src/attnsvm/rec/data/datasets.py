@@ -256,8 +256,14 @@ def fetch(url: str, target: Path, checksum: str | None, *, progress: bool = True
                     "the download is damaged or the file changed upstream (nothing was kept)",
                 )
     except (urllib.error.URLError, OSError) as error:
+        if not isinstance(error, urllib.error.URLError) and error.filename is not None:
+            raise  # the cache's own file (a full disk): not the network, said as it is
         reason = getattr(error, "reason", None) or error
-        raise DataFormatError(url, f"download failed ({reason})") from None
+        raise DataFormatError(
+            url,
+            f"download failed ({reason}): check the network and try again, or fetch the file "
+            "another way and prepare it from there (attnsvm data prepare NAME --from FILE)",
+        ) from None
     return target
 
 
@@ -282,9 +288,13 @@ def download(name: str, cache_dir: str | Path | None = None, *, progress: bool =
         fetch(dataset.url, raw, dataset.checksum, progress=progress)
     try:
         return prepare(name, raw, cache_dir)
-    except DataFormatError:
+    except DataFormatError as error:
         raw.unlink(missing_ok=True)  # a download that does not read as the dataset is not kept
-        raise
+        # named by where it came from: the copy the message would name is gone
+        where = error.path.replace(str(raw), dataset.url, 1)
+        raise type(error)(
+            where, f"{error.message} (the download was not kept)", error.line
+        ) from None
 
 
 def _matches(path: Path, checksum: str | None) -> bool:

@@ -8,14 +8,17 @@ read, and each row's 1-based line (a file) or row (Parquet, a DataFrame). ``inte
 types it: a row missing a mapped value (a null, or text that is blank) is dropped and counted by
 role, the cleaning's steps run (``cleaning``), and then
 
-- ids become int64 where every one is an integer, text otherwise (a float column must hold
-  whole numbers; any other type is read as its text);
+- ids become int64 where every one is an integer id (``_tokens``: ``+10``, ``1_0`` or ``١٠``
+  makes the column text, so no two ids merge), text otherwise (a float column must hold whole
+  numbers; any other type is read as its text);
 - ratings become finite numbers;
 - times become Unix seconds: from numbers counted in the mapping's unit (``time=ts`` seconds,
   ``time_ms=ts`` milliseconds, ``time_us``, ``time_ns``), from ISO-8601 text, or from datetime
-  and date columns; a time without a zone is UTC.
+  and date columns; a time without a zone is UTC. Integer times (and datetimes) order the rows
+  exactly, as int64;
+- a column of lists or records (Parquet, a DataFrame) is refused, naming it.
 
-Text is typed by ``_parse``'s token functions whatever held it, so a Parquet column of text is
+Text is typed by ``_tokens``' functions whatever held it, so a Parquet column of text is
 read exactly as the same column of a CSV. ``read_frame`` is the Python API for a DataFrame;
 ``tables`` reads the files.
 """
@@ -25,18 +28,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from attnsvm.errors import InvalidRequest, shown
-from attnsvm.rec.data._parse import (
+from attnsvm.rec.data._parse import blank
+from attnsvm.rec.data._tokens import (
     TIME_UNITS,
     Origin,
-    blank,
+    Times,
     floats,
+    time_columns,
     times,
     tokens_as_ids,
     unix_seconds,
@@ -56,8 +60,6 @@ ROLES = {
 }
 # a time column of numbers in a unit other than seconds: "time_ms=ts"
 _TIME_WORDS = {f"time_{unit}": unit for unit in TIME_UNITS}
-# Unix seconds past the year 5000: milliseconds read as seconds, most likely
-_LATEST_PLAUSIBLE = 1e11
 
 
 def column_mapping(columns: str | Mapping[str, str | int]) -> tuple[dict[str, str | int], str]:
@@ -125,6 +127,13 @@ def interactions_of(
     count = len(rows.numbers)
     if count == 0:
         raise DataFormatError(rows.source, "has no rows")
+    for role, series in rows.roles.items():
+        if series.dtype.is_nested():  # a list or a record in each row: not one id, nor one time
+            raise DataFormatError(
+                rows.source,
+                f"column {series.name!r} (the {role} column) holds {series.dtype} values, not one "
+                "value per row: explode the lists or unnest the records into columns first",
+            )
     keep = np.ones(count, dtype=bool)
     dropped: dict[str, int] = {}
     for role, series in rows.roles.items():
@@ -148,19 +157,19 @@ def interactions_of(
         raise DataFormatError(rows.source, f"the cleaning removes every row ({cleaned})")
     origin = _origin(rows, keep)
     column = {role: series.filter(pl.Series(keep)) for role, series in rows.roles.items()}
-    timestamp = rating = None
+    when = rating = None
     report: dict = {"rows": count}
     if "timestamp" in column:
-        timestamp, read_as = _times(column["timestamp"], origin, time_unit)
-        report["times"] = _time_range(timestamp, read_as)
+        when = _times(column["timestamp"], origin, time_unit)
+        report["times"] = when.report()
     if "rating" in column:
         rating = _ratings(column["rating"], origin)
     table = Interactions.from_columns(
         _ids(column["user"], "user id", origin),
         _ids(column["item"], "item id", origin),
-        timestamp,
-        rating,
+        rating=rating,
         source=rows.source,
+        **time_columns(when),
     )
     table, removed = cleaning.apply(table)
     cleaned |= removed
@@ -175,16 +184,19 @@ def _origin(rows: Rows, keep: np.ndarray) -> Origin:
     return Origin.per_row(rows.source, rows.numbers[keep], header_hint=False, rows=not rows.lines)
 
 
+def _int64(series: pl.Series, what: str, origin: Origin) -> np.ndarray:
+    """An integer column as int64: a UInt64 value beyond int64 is an error naming its row."""
+    values = series.to_numpy()
+    if series.dtype == pl.UInt64 and values.max() > np.iinfo(np.int64).max:
+        index = int(np.argmax(values))
+        raise origin.error(f"{what} {int(values[index])} is out of the 64-bit integer range", index)
+    return values.astype(np.int64)
+
+
 def _ids(series: pl.Series, what: str, origin: Origin) -> np.ndarray:
     dtype = series.dtype
     if dtype.is_integer():
-        values = series.to_numpy()
-        if dtype == pl.UInt64 and values.max() > np.iinfo(np.int64).max:
-            index = int(np.argmax(values))
-            raise origin.error(
-                f"{what} {int(values[index])} is out of the 64-bit integer range", index
-            )
-        return values.astype(np.int64)
+        return _int64(series, what, origin)
     if dtype.is_float():
         values = series.to_numpy()
         with np.errstate(invalid="ignore"):
@@ -225,16 +237,20 @@ def _ratings(series: pl.Series, origin: Origin) -> np.ndarray:
     return values
 
 
-def _times(series: pl.Series, origin: Origin, unit: str) -> tuple[np.ndarray, str]:
-    """Unix seconds, and how they were read."""
+def _times(series: pl.Series, origin: Origin, unit: str) -> Times:
+    """The time column read: Unix seconds, how they were read and, where the column holds
+    integers or datetimes, those exactly (the rows' order)."""
     if series.dtype == pl.String:
         return times(series.to_list(), "timestamp", origin, unit)
     if series.dtype == pl.Datetime:
-        # microseconds: what an ISO-8601 time holds, so both give the same seconds
+        # seconds from microseconds: what an ISO-8601 time holds, so both give the same seconds
         seconds = series.dt.epoch("us").to_numpy() / 1e6
-        return seconds, "datetimes (UTC where no zone is given)"
+        exact = series.dt.epoch(series.dtype.time_unit).to_numpy()
+        return Times(seconds, "datetimes (UTC where no zone is given)", exact)
     if series.dtype == pl.Date:
-        return series.dt.epoch("d").to_numpy() * 86400.0, "dates (midnight UTC)"
+        return Times(series.dt.epoch("d").to_numpy() * 86400.0, "dates (midnight UTC)")
+    if series.dtype.is_integer():  # exactly, never through float64
+        return unix_seconds(_int64(series, "timestamp", origin), unit)
     values = _numbers(series, "timestamp", origin)
     if values is None:
         raise DataFormatError(
@@ -243,24 +259,6 @@ def _times(series: pl.Series, origin: Origin, unit: str) -> tuple[np.ndarray, st
             "ISO-8601 text, datetimes or dates",
         )
     return unix_seconds(values, unit)
-
-
-def _time_range(seconds: np.ndarray, read_as: str) -> dict:
-    """How the times were read and the first and last, as a person checks them."""
-    report = {"read as": read_as, "first": _moment(seconds.min()), "last": _moment(seconds.max())}
-    if read_as == "Unix seconds" and seconds.max() > _LATEST_PLAUSIBLE:
-        report["hint"] = (
-            "times past the year 5000 as Unix seconds: map the column as time_ms=… "
-            "(or time_us, time_ns) if it holds milliseconds"
-        )
-    return report
-
-
-def _moment(seconds: float) -> str:
-    try:
-        return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
-    except (OverflowError, ValueError, OSError):  # beyond the years datetime holds
-        return f"{seconds:g} s"
 
 
 # -- DataFrames ----------------------------------------------------------------------------

@@ -134,14 +134,20 @@ class Interactions:
         timestamp: np.ndarray | None = None,
         rating: np.ndarray | None = None,
         source: str = "<memory>",
+        *,
+        time_order: np.ndarray | None = None,
     ) -> Interactions:
-        """Build from external-id columns in file order: map ids, then sort stably."""
+        """Build from external-id columns in file order: map ids, then sort stably, by
+        ``time_order`` where given (the exact times, e.g. the int64 a file held, which float64
+        seconds round together beyond 2**53), else by ``timestamp``."""
         user_ids, user_index = _factorize(_external_ids(user))
         item_ext, item_index = _factorize(_external_ids(item))
         placeholder = np.zeros(1, dtype=item_ext.dtype)
         item_ids = np.concatenate([placeholder, item_ext])
         ts = None if timestamp is None else np.asarray(timestamp, dtype=np.float64)
-        order = _stable_order(user_index, ts)
+        if time_order is not None and (ts is None or np.shape(time_order) != ts.shape):
+            raise ValueError("time_order needs timestamps of the same shape")
+        order = _stable_order(user_index, ts if time_order is None else np.asarray(time_order))
         return cls(
             user=user_index[order],
             item=item_index[order] + 1,

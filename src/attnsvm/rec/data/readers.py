@@ -17,8 +17,12 @@ Formats:
   ``read_session_lines``  one session per line, ``item1 item2 ...`` (SR-GNN derived text)
   ``read_table``  any CSV/TSV/Parquet with a column mapping (``tables``, re-exported here)
   ``read_auto``  picks one of the above from the file name and first line
-No reader unpickles anything. The shared parsing (decoding, splitting, typed columns with
-line-numbered errors) is ``_parse``'s; this module only knows the layouts.
+No reader unpickles anything. The shared parsing (decoding, splitting) is ``_parse``'s, the typed
+columns ``_tokens``', one rule for every format: an integer id is ASCII digits, optionally after
+"-" (``+10``, ``1_0`` and ``١٠`` are refused where ids are numbers, and kept as text, distinct
+from ``10``, where ids are free-form: RecBole and tables); numbers and times are ASCII (no "_",
+no other scripts' digits); a time column of integers is read as int64 and orders the rows
+exactly, beyond 2**53 too. This module only knows the layouts.
 """
 
 from __future__ import annotations
@@ -31,16 +35,21 @@ import polars as pl
 from attnsvm._atomic import write_text
 from attnsvm.errors import shown
 from attnsvm.rec.data._parse import (
-    Origin,
     fast_columns,
     file_bytes,
     file_text,
-    floats,
     from_mapped,
     header_index,
-    integers,
     split_lines,
     transpose,
+)
+from attnsvm.rec.data._tokens import (
+    Origin,
+    floats,
+    integers,
+    time_columns,
+    unix_seconds,
+    unix_times,
 )
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.interactions import Interactions
@@ -53,11 +62,12 @@ def _rating_table(path: str | Path, data: bytes | None, sep: str, skip: int) -> 
     """``user sep item sep rating sep timestamp`` rows (the three MovieLens layouts)."""
     data = file_bytes(path, data)
     text = file_text(path, data)
-    schema = {"user": pl.Int64, "item": pl.Int64, "rating": pl.Float64, "timestamp": pl.Float64}
+    schema = {"user": pl.Int64, "item": pl.Int64, "rating": pl.Float64, "timestamp": pl.Int64}
     fast = fast_columns(data, sep, schema, skip)
     if fast is not None:
         user, item, rating, timestamp = fast
-        return Interactions.from_columns(user, item, timestamp, rating, source=str(path))
+        when = time_columns(unix_seconds(timestamp, "s"))
+        return Interactions.from_columns(user, item, rating=rating, source=str(path), **when)
     rows, numbers = split_lines(text, path, sep, 4, skip=skip)
     user, item, rating, timestamp = transpose(rows)
     # the CSV layout has a header: a bad line 1 there is no stray header to point out
@@ -66,8 +76,8 @@ def _rating_table(path: str | Path, data: bytes | None, sep: str, skip: int) -> 
         user=integers(user, "user id", origin),
         item=integers(item, "item id", origin),
         rating=floats(rating, "rating", origin),
-        timestamp=floats(timestamp, "timestamp", origin),
         source=str(path),
+        **time_columns(unix_times(timestamp, "timestamp", origin)),
     )
 
 

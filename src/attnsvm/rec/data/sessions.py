@@ -27,7 +27,8 @@ import numpy as np
 
 from attnsvm.errors import shown
 from attnsvm.rec.data import readers
-from attnsvm.rec.data._parse import Origin, file_text, floats, header_index, split_lines
+from attnsvm.rec.data._parse import file_text, header_index, split_lines
+from attnsvm.rec.data._tokens import Origin, floats
 from attnsvm.rec.data.catalog import spec
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.interactions import Interactions

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnsvm._files import open_regular, read_bytes
-from attnsvm.errors import UnreadableFile
+from attnsvm.errors import UnreadableFile, shown
 from attnsvm.rec.data.catalog import DatasetSpec, SourceFile
 from attnsvm.rec.data.errors import ChecksumError, DataFormatError
 from attnsvm.rec.data.limits import DECOMPRESSED_BYTES
@@ -54,14 +54,27 @@ def _read_member(path: Path, member: str) -> bytes:
     """An archive member's bytes, refused when encrypted or when it declares more than the cap
     on decompressed bytes (``limits.DECOMPRESSED_BYTES``: a zip bomb), before a byte is
     decompressed; the stream stops at the declared size and checks the CRC, so a member cannot
-    expand beyond what its header says."""
+    expand beyond what its header says. A member that fails to decompress is named with its
+    archive (``archive.zip:folder/u.data``)."""
+    where = f"{path}:{member}"
     with _zip(path) as archive:
         info = archive.getinfo(member)
         if info.flag_bits & 0x1:
-            raise DataFormatError(f"{path}:{member}", "is encrypted: extract it yourself")
-        DECOMPRESSED_BYTES.check(f"{path}:{member}", info.file_size, "would expand to")
-        with archive.open(info) as stream:
-            return stream.read()
+            raise DataFormatError(where, "is encrypted: extract it yourself")
+        DECOMPRESSED_BYTES.check(where, info.file_size, "would expand to")
+        try:
+            with archive.open(info) as stream:
+                return stream.read()
+        except NotImplementedError as error:  # a compression method zipfile lacks
+            raise DataFormatError(
+                where, f"cannot be decompressed here ({error}): extract it with an unzip tool"
+            ) from None
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as error:
+            raise DataFormatError(
+                where,
+                f"is damaged inside the archive ({error}): the archive is corrupt or cut short; "
+                "download or copy it again",
+            ) from None
 
 
 def _verify(source: str, data: bytes, expected: str | None) -> str:
@@ -79,15 +92,27 @@ def _verify(source: str, data: bytes, expected: str | None) -> str:
 @contextmanager
 def _zip(path: Path) -> Iterator[zipfile.ZipFile]:
     """The archive open; any zip or I/O failure, listing or reading, as one DataFormatError
-    (a truncated member ends in EOFError, a corrupt one in zlib.error, an unknown compression
-    method in NotImplementedError)."""
+    saying what to do (a truncated member ends in EOFError, a corrupt one in zlib.error, an
+    unknown compression method in NotImplementedError)."""
     try:
-        with open_regular(path) as file, zipfile.ZipFile(file) as archive:
-            yield archive
+        with open_regular(path) as file:
+            start = file.read(4)
+            if not start.startswith(b"PK") and not zipfile.is_zipfile(file):  # no zip record
+                what = "is empty" if not start else "is not a zip archive (it holds no zip record)"
+                raise DataFormatError(
+                    path, f"{what}: give the archive as published, or the data file itself"
+                )
+            file.seek(0)
+            with zipfile.ZipFile(file) as archive:
+                yield archive
     except UnreadableFile as error:
         raise DataFormatError(path, error.problem) from None
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError) as error:
-        raise DataFormatError(path, f"is a damaged zip archive ({error})") from None
+        raise DataFormatError(
+            path,
+            f"is a damaged zip archive ({error}): it is corrupt or cut short; "
+            "download or copy it again",
+        ) from None
 
 
 def _is_zip(path: Path) -> bool:
@@ -147,7 +172,12 @@ def locate(dataset: DatasetSpec, source: Path) -> RawFile:
         for candidate in dataset.files:
             if candidate.name in members:
                 return RawFile(candidate, source, members[candidate.name])
-        raise DataFormatError(source, f"holds none of the {dataset.name} files ({names})")
+        held = shown(", ".join(sorted(members.values()))) if members else "no file"
+        raise DataFormatError(
+            source,
+            f"holds none of the {dataset.name} files ({names}); it holds {held}: give the "
+            f"{dataset.name} archive as published, or one of its files itself",
+        )
     for candidate in dataset.files:
         if source.name == candidate.name:
             return RawFile(candidate, source)

@@ -6,9 +6,10 @@ of numbers, the format, the separator and whether line 1 is a header. ``TableLay
 builds it from the words a user types (``"user=uid,item=sku,time=ts"``) on the command line or
 in a run config's ``[data]``. ``read_with_report`` reads the file and says what was read and
 what was dropped and why (rows missing a mapped value are dropped, never guessed; a
-``Cleaning`` drops more); ``read_table`` is the Python API's form. This module only turns the
-file into rows: typing them is ``frames``' (the path a DataFrame takes too), splitting lines and
-line-numbered errors ``_parse``'s.
+``Cleaning`` drops more; a header with two columns of a mapped name is refused, naming it);
+``read_table`` is the Python API's form. This module only turns the file into rows: typing
+them is ``frames``' (the path a DataFrame takes too), splitting lines and line-numbered errors
+``_parse``'s.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import numpy as np
 import polars as pl
 
 from attnsvm.errors import InvalidRequest, shown
-from attnsvm.rec.data._parse import TIME_UNITS, file_bytes, file_text, header_index, split_lines
+from attnsvm.rec.data._parse import file_bytes, file_text, header_index, split_lines
+from attnsvm.rec.data._tokens import TIME_UNITS
 from attnsvm.rec.data.cleaning import Cleaning
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.frames import Rows, column_mapping, frame_rows, interactions_of
@@ -38,7 +40,7 @@ _SEPARATOR_WORDS = {"\\t": "\t", "tab": "\t", "comma": ",", "semicolon": ";", "p
 class TableLayout:
     """How to read a table: role → column (header name or 0-based index), format, separator
     (None: the format's own), header (None: there is one exactly when columns are named), and
-    the unit of a time column of numbers (``_parse.TIME_UNITS``)."""
+    the unit of a time column of numbers (``_tokens.TIME_UNITS``)."""
 
     columns: dict[str, str | int]
     format: str | None = None  # None: from the file name (.csv, .tsv, .parquet, each maybe .gz)

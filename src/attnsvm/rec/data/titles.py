@@ -31,7 +31,8 @@ import polars as pl
 
 from attnsvm._files import read_bytes
 from attnsvm.errors import InvalidRequest, UnreadableFile, shown
-from attnsvm.rec.data._parse import Origin, blank
+from attnsvm.rec.data._parse import blank
+from attnsvm.rec.data._tokens import Origin
 from attnsvm.rec.data.cleaning import Cleaning
 from attnsvm.rec.data.errors import DataFormatError
 from attnsvm.rec.data.features import MOVIELENS_FILES, item_file_folders, read_item_features

@@ -17,6 +17,10 @@ Inputs are ``item_seq`` LongTensors (B, L), left-padded with 0, internal item id
   read W_Q, W_K, W_V, W_O; ``attention_weights(item_seq)`` is the recorder's weights.
 - item logits are ``hidden @ output_embedding().T + output_bias()``; ``score_last`` returns them
   (B, num_items + 1) for the item after the last position, column 0 (padding) = −∞.
+- ``training_forward`` is what the trainer calls on a batch: ``forward``, or, where the objective
+  is ``"last"``, ``trains_last_hidden`` says ``last_hidden`` computes the last position alone
+  (its last layer one query, not L) and no auxiliary term reads the others, ``last_position``:
+  the same function of the weights at the one position the loss reads.
 - ``extra_inputs`` names the keyword inputs beyond ``item_seq`` (the ``**extras``) that
   ``forward``, ``last_hidden`` and ``score_last`` take from the data: ``"users"`` (B,) internal
   user ids, ``"timestamps"`` and ``"ratings"`` (B, L) aligned with ``item_seq``; ``extra_kwargs``
@@ -32,7 +36,7 @@ Inputs are ``item_seq`` LongTensors (B, L), left-padded with 0, internal item id
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -115,6 +119,9 @@ class SequentialRecommender(nn.Module):
     #: True if outputs at real positions do not depend on how much left padding precedes them
     #: (padding keys masked, positions counted from the right): scoring may then drop it
     padding_free: ClassVar[bool] = False
+    #: True if ``last_hidden`` computes the last position alone and equals ``forward(…)[:, -1]``
+    #: as a function: objective "last" then trains through it (``training_forward``)
+    trains_last_hidden: ClassVar[bool] = False
     #: False where the attention runs over tokens that are not the window's items (RLT4Rec
     #: interleaves rating and item tokens): the lens, which reads attention item by item, refuses
     attention_over_items: ClassVar[bool] = True
@@ -270,6 +277,19 @@ class SequentialRecommender(nn.Module):
     def last_hidden(self, item_seq: torch.Tensor, **extras: torch.Tensor) -> torch.Tensor:
         """``(B, D)`` hidden state of the last position (a model may compute only that one)."""
         return self(item_seq, **extras)[:, -1]
+
+    def last_position(self, item_seq: torch.Tensor, **extras: torch.Tensor) -> torch.Tensor:
+        """``(B, 1, D)``: ``last_hidden`` as a forward of the last position only."""
+        return self.last_hidden(item_seq, **extras)[:, None]
+
+    def training_forward(self, auxiliary_terms: Iterable[str]) -> Callable[..., torch.Tensor]:
+        """The forward the trainer calls on a batch whose loss adds the model's own
+        ``auxiliary_terms``: ``last_position`` where the objective reads the last position alone
+        and ``last_hidden`` computes only it (``trains_last_hidden``) and no term reads more;
+        else the model itself."""
+        if self.objective == "last" and self.trains_last_hidden and not set(auxiliary_terms):
+            return self.last_position
+        return self
 
     def attention_weights(
         self, item_seq: torch.Tensor, **extras: torch.Tensor

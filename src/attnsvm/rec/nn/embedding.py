@@ -4,6 +4,12 @@ Ids: 0 is padding, 1..num_items are items, and ``num_special`` further ids after
 tokens (BERT4Rec's mask token is ``num_items + 1``). The output table that scores items has
 ``num_items + 1`` rows (row 0 is the padding item, never a valid target); it is either the input
 table's first ``num_items + 1`` rows (tied, as in SASRec) or a separate table (gSASRec).
+
+Large catalogues: a table marked by ``sparse_row_gradients`` gets, from every lookup of its rows
+(``table_rows``: the input ids, a loss's positives and negatives), a sparse gradient that its
+dense ``.grad`` adds in place. Without it each backward first fills a gradient of the whole
+table (a million items × d = 64: 256 MB per lookup, per length group) and then adds that; with
+it a step writes only the rows it read. The sum is the same (up to the order of additions).
 """
 
 from __future__ import annotations
@@ -11,11 +17,46 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attnsvm.rec.nn.dropout import Dropout, dropout
 
 POSITION_KINDS = ("learned", "learned_from_start", "none")
+#: the attribute that marks an item-table parameter for sparse row gradients
+SPARSE_ROWS = "_attnsvm_sparse_rows"
+
+
+def table_rows(table: torch.Tensor, ids: torch.Tensor, padding_idx: int | None = None):
+    """``table[ids]``, with a sparse gradient where ``table`` is a parameter marked by
+    ``sparse_row_gradients``; ``padding_idx``: a row that gets no gradient (as nn.Embedding's)."""
+    sparse = getattr(table, SPARSE_ROWS, False)
+    if padding_idx is None and not sparse:
+        return table[ids]
+    return F.embedding(ids, table, padding_idx=padding_idx, sparse=sparse)
+
+
+#: from this many items the trainer gives item tables sparse row gradients and runs AdamW
+#: fused (``optim.adamw``): below it the tables cost little, and runs keep their earlier bits
+SPARSE_ROWS_FROM_ITEMS = 100_000
+
+
+def sparse_row_gradients(model: nn.Module, num_items: int | None = None) -> list[nn.Parameter]:
+    """Mark the item tables of ``model`` (its ``ItemEmbedding`` modules) for sparse row
+    gradients and give each a dense zero ``.grad`` that they add into; returns them (none
+    where ``num_items`` is below ``SPARSE_ROWS_FROM_ITEMS``). The optimiser must keep these
+    gradients (``zero_grad(set_to_none=False)``), since AdamW takes no sparse gradient."""
+    if num_items is not None and num_items < SPARSE_ROWS_FROM_ITEMS:
+        return []
+    tables = []
+    for module in model.modules():
+        if isinstance(module, ItemEmbedding) and not module.table_dropout:
+            tables += [e.weight for e in (module.input, module.output) if e is not None]
+    for table in tables:
+        setattr(table, SPARSE_ROWS, True)
+        if table.grad is None:
+            table.grad = torch.zeros_like(table)
+    return tables
 
 
 class ItemEmbedding(nn.Module):
@@ -44,7 +85,7 @@ class ItemEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if not (self.training and self.table_dropout):
-            return self.input(ids)
+            return table_rows(self.input.weight, ids, padding_idx=0)
         # RecTools' item network: dropout on the whole table, one draw per forward, which the
         # items scored after this forward (``output_weight``) share with the inputs
         self._dropped = dropout(self.input.weight, self.table_dropout)
@@ -60,6 +101,8 @@ class ItemEmbedding(nn.Module):
             if self._dropped is None:
                 self._dropped = dropout(self.input.weight, self.table_dropout)
             return self._dropped[: self.num_items + 1]
+        if self.input.num_embeddings == self.num_items + 1:
+            return self.input.weight  # the whole table: no slice, whose backward is a dense copy
         return self.input.weight[: self.num_items + 1]
 
     def train(self, mode: bool = True) -> ItemEmbedding:

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from attnsvm.rec.config_base import Config
+from attnsvm.rec.nn.embedding import table_rows
 from attnsvm.rec.nn.full_ce import check_inputs, full_ce_loss
 
 if TYPE_CHECKING:
@@ -62,13 +63,13 @@ def _sampled_logits(
     if negatives.ndim == 1:
         # one gather for positives and negatives: its backward fills one dense gradient of the
         # whole table, not two (over a large catalogue such fills are much of a step)
-        rows = embedding[torch.cat([positives, negatives])]
+        rows = table_rows(embedding, torch.cat([positives, negatives]))
         positive_logits = (hidden * rows[: len(positives)]).sum(-1)
         negative_logits = hidden @ rows[len(positives) :].T
         hit = negatives[None, :] == positives[:, None]
     elif negatives.ndim == 2 and negatives.shape[0] == hidden.shape[0]:
-        positive_logits = (hidden * embedding[positives]).sum(-1)
-        negative_logits = torch.einsum("nd,nkd->nk", hidden, embedding[negatives])
+        positive_logits = (hidden * table_rows(embedding, positives)).sum(-1)
+        negative_logits = torch.einsum("nd,nkd->nk", hidden, table_rows(embedding, negatives))
         hit = negatives == positives[:, None]
     else:
         raise ValueError(

@@ -16,6 +16,7 @@ never users × items, and equal scores keep the lower item id first.
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnsvm._atomic import atomic_path
+from attnsvm._atomic import atomic_files, check_output
 from attnsvm.errors import InvalidRequest, shown
 from attnsvm.rec.data.interactions import Interactions
 from attnsvm.rec.data.sequences import EvalTask, Sequences
@@ -106,6 +107,7 @@ def recommend_all(
 
     if Path(out).suffix != ".parquet":
         raise InvalidRequest(f"out must be a .parquet file, got {shown(str(out))}")
+    out = check_output(out, folder=False)  # before the ranking: a path that can never be written
     if k < 1:
         raise InvalidRequest(f"k={k} must be ≥ 1")
     run, task, user_ids = _task(run_dir, histories)
@@ -139,6 +141,10 @@ def recommend_all(
             "score": values.ravel()[keep],
         }
     )
-    with atomic_path(out) as temporary:
-        table.write_parquet(temporary)
-    return BulkResult(Path(out), len(task), k, rank_seconds, time.perf_counter() - start)
+    # written from memory by Python: polars writing a file itself reports a full disk as its own
+    # error; the folders made for ``out`` go again if it cannot be written
+    buffer = io.BytesIO()
+    table.write_parquet(buffer)
+    with atomic_files(out.parent) as temporary:
+        temporary(out.name).write_bytes(buffer.getvalue())
+    return BulkResult(out, len(task), k, rank_seconds, time.perf_counter() - start)

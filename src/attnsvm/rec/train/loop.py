@@ -10,14 +10,11 @@ length groups), then the closure sums, per length group, the main loss (``LossCo
 the **auxiliary losses** as shares of the global mean, so the gradient is the same whatever the
 number of groups or processes.
 
-Auxiliary losses: named terms added to the main loss with weights. A model declares its own
-(``auxiliary_weights()``, computed by ``auxiliary_losses``) and the loss config adds training
-options (``loss.l2_emb``: ``½‖E‖²`` on the item table, the official SASRec's ``l2_emb``). A term of
-weight 0 is never computed, so the run is exactly the plain one; every other term's unweighted mean
-per epoch is logged under ``aux`` in ``log.jsonl``. The terms a model names in
-``auxiliary_streams()`` also get those training streams' rows (``streams.py``: the window before the
-data transforms, a neighbouring example). The trainer reads the training rows after the data
-transforms (``data/transforms.py``); only training does.
+Auxiliary losses: weighted terms, a model's own (``auxiliary_weights()``, ``auxiliary_losses``)
+and ``loss.l2_emb`` (``½‖E‖²`` on the item table, the official SASRec's). A term of weight 0 is
+never computed; every other's unweighted epoch mean is logged under ``aux`` in ``log.jsonl``; the
+terms in ``auxiliary_streams()`` also get those streams' rows (``streams.py``). Training rows are
+read after the data transforms (``data/transforms.py``).
 
 Reproducibility: each epoch re-seeds two streams from (seed, epoch) — the data/negative/mask
 generator and torch's global RNG (dropout) — so an epoch's randomness does not depend on what ran
@@ -42,6 +39,7 @@ from attnsvm.rec.data.samplers import avoid_row_items, log_q, negative_sampler
 from attnsvm.rec.data.splits import Split
 from attnsvm.rec.data.transforms import training_rows
 from attnsvm.rec.models import SequentialRecommender
+from attnsvm.rec.nn.embedding import sparse_row_gradients
 from attnsvm.rec.train import distributed
 from attnsvm.rec.train.optim import OPTIMIZERS, adamw, warmup
 from attnsvm.rec.train.scoring import (
@@ -115,13 +113,16 @@ class TrainingLoop:
         attack = model.attack_parameters()
         attacked = {id(p) for p in attack}
         trained = [p for p in model.parameters() if id(p) not in attacked]
-        self.optimizer = OPTIMIZERS[train.optimizer](trained, train)
+        # a large catalogue's step is bound by passes over its item tables: sparse row gradients
+        large = not train.compile and bool(sparse_row_gradients(model, split.num_items))
+        self.optimizer = OPTIMIZERS[train.optimizer](trained, train, fused=large)
         if attack and context.distributed:
             alone = "'s adversarial step is single-process only; run it without torchrun"
             raise ConfigError(type(model).__name__ + alone)
         self.attack_optimizer = adamw(attack, train) if attack else None
         self.scheduler = warmup(self.optimizer, train.warmup_steps)
-        self.train_model = _compiled(model) if train.compile else model
+        forward = model.training_forward(self.aux_weights.keys() - {"l2_emb"})
+        self.train_model = _compiled(forward) if train.compile else forward
         # all validation users, or a sample where the config or the catalogue's size says so
         valid = validation_task(split.valid, config.eval, split.num_items, config.train.seed)
         self.valid_task, self.valid_note = valid
