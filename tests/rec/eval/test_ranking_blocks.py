@@ -144,6 +144,7 @@ def test_a_block_of_the_wrong_shape_gets_a_clear_error():
 
 def test_item_ranges_cover_the_catalogue_whole_or_in_aligned_ranges():
     assert item_ranges(512, 54_542) == [(0, 54_543)]  # the largest catalogue here: whole
+    assert len(item_ranges(116, 277_000)) > 1  # a wide catalogue in ranges below 2**25 scores
     ranges = item_ranges(128, 1_000_000)
     assert ranges[0] == (0, ranking.SCORE_RANGE_ELEMENTS // 128) and ranges[-1][1] == 1_000_001
     assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))

@@ -106,6 +106,10 @@ def score_blocks(score_fn: ScoreFn, rows: np.ndarray, num_items: int) -> Iterabl
 #: catalogue at once, exactly as before ranges existed (every dataset in ../shared/data: at
 #: most 512 × 54,543); beyond, in ranges of items
 SCORE_WHOLE_ELEMENTS = 2**25
+#: a catalogue wider than this is always ranked in ranges, however few the block's rows: a
+#: whole row of scores then outgrows the caches, and the product writing it runs at a third of
+#: the speed of range-sized products (every dataset in ../shared/data stays below it)
+SCORE_WHOLE_ITEMS = 2**16
 #: scores in one range: at most this many exist at once, and a range stays below glibc's mmap
 #: threshold (``attnsvm.process``), so its buffer is reused instead of page-faulting in afresh
 SCORE_RANGE_ELEMENTS = 2**22
@@ -116,14 +120,15 @@ SCORE_RANGE_ALIGN = 4096
 def item_ranges(rows: int, num_items: int, item_chunk: int | None = None) -> list[tuple[int, int]]:
     """``(start, stop)`` item-id ranges covering ``0..num_items`` that a block of ``rows`` rows
     is ranked in: ``item_chunk`` items each where given, else the whole catalogue at once while
-    the block holds at most ``SCORE_WHOLE_ELEMENTS`` scores, else ranges of an aligned width
-    holding about ``SCORE_RANGE_ELEMENTS``."""
+    the block holds at most ``SCORE_WHOLE_ELEMENTS`` scores and the catalogue at most
+    ``SCORE_WHOLE_ITEMS`` items, else ranges of an aligned width holding about
+    ``SCORE_RANGE_ELEMENTS``."""
     width = num_items + 1
     if item_chunk is not None:
         if item_chunk < 1:
             raise ValueError(f"item_chunk={item_chunk} must be >= 1")
         width = item_chunk
-    elif rows * (num_items + 1) > SCORE_WHOLE_ELEMENTS:
+    elif rows * (num_items + 1) > SCORE_WHOLE_ELEMENTS or num_items + 1 > SCORE_WHOLE_ITEMS:
         fitting = SCORE_RANGE_ELEMENTS // rows
         width = max(SCORE_RANGE_ALIGN, fitting - fitting % SCORE_RANGE_ALIGN)
     return [(start, min(start + width, num_items + 1)) for start in range(0, num_items + 1, width)]
