@@ -110,7 +110,7 @@ def test_last_position_training_never_puts_the_target_in_the_input(name: str) ->
 
 
 # models whose windows the trainer and the evaluator may cut to their longest row
-PADDING_FREE = ("ssept", "actsr", "convformer", "matrrec")
+PADDING_FREE = ("ssept", "actsr", "convformer", "adamct", "matrrec")
 
 
 @pytest.mark.parametrize("name", ZOO)
@@ -150,7 +150,7 @@ def test_attention_models_expose_weights_for_the_lens(name: str) -> None:
         modules, recorder.attention, recorder.layer_inputs, strict=True
     ):
         assert weights.shape[:2] == (3, heads)
-        assert weights.shape[-1] == inputs.key.shape[1] <= MAX_LEN  # AdaMCT's back to L
+        assert weights.shape[-1] == inputs.key.shape[1] <= MAX_LEN
         torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)))
         if name == "actsr":
             continue

@@ -10,8 +10,13 @@ Per layer, as the official ``adamct.py``::
 
 ``SE`` is squeeze-excitation over *positions*: ``a = σ(W₂ ReLU(W₁ mean_channels(h)))`` ∈ ℝ^L
 (L → L / r → L), ``h ← h ⊙ a``; a sigmoid, not a softmax, so several items can be active at
-once. Because SE acts on the position axis it needs a fixed length: shorter inputs are
-left-padded to ``max_len`` inside ``forward``.
+once. SE acts on the position axis, so the official layer reads a fixed length, ``max_len``,
+left-padded. Both branches are zero at padding, so a padding column adds nothing to the squeeze
+and its excitation multiplies zero: a window of ``w ≤ max_len`` columns uses the last ``w``
+columns of ``W₁`` and rows of ``W₂``, and the mean over positions in α divides by ``max_len``.
+The model is therefore ``padding_free`` (every real position reads the same at any window
+width), and the trainer cuts each batch into length groups of similar rows, each at its own
+width: the official batch of 2048 runs as 4 micro-batches of 512 rows (``train.length_groups``).
 
 **Objective.** The centred convolution and the SE gate read later positions, so only the last
 position may be trained (``objective = "last"``, the official CE at the last position); the
@@ -67,7 +72,15 @@ class PositionSqueezeExcitation(nn.Module):
         self.excite = nn.Linear(max(1, length // ratio), length)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        weights = torch.sigmoid(self.excite(F.relu(self.squeeze(h.mean(dim=-1)))))
+        """``h`` (B, w, D), zero at padding, the last ``w`` of ``max_len`` positions: the columns
+        left of it would be zero padding, which the squeeze ignores and no output reads."""
+        width = h.shape[1]
+        squeezed = F.relu(
+            F.linear(h.mean(dim=-1), self.squeeze.weight[:, -width:], self.squeeze.bias)
+        )
+        weights = torch.sigmoid(
+            F.linear(squeezed, self.excite.weight[-width:], self.excite.bias[-width:])
+        )
         return h * weights.unsqueeze(-1)
 
 
@@ -75,6 +88,7 @@ class AdaMCTLayer(nn.Module):
     def __init__(self, config: AdaMCTConfig) -> None:
         super().__init__()
         dim, length = config.hidden_size, config.max_len
+        self.max_len = length
         self.enter = nn.Linear(dim, dim)
         self.enter_norm = nn.LayerNorm(dim)
         self.attention = MultiHeadAttention(dim, config.num_heads, config.attention_dropout)
@@ -93,7 +107,8 @@ class AdaMCTLayer(nn.Module):
         global_branch = self.global_se(self.attention(x_en, x_en, keep_mask) * valid)
         local = self.conv(x_en.transpose(1, 2)).transpose(1, 2)
         local_branch = self.local_se(self.activation(self.conv_norm(local)) * valid)
-        alpha = torch.sigmoid(self.mixture(x.mean(dim=1, keepdim=True)))  # (B, 1, 1)
+        # the mean over the official max_len positions: x is zero at padding
+        alpha = torch.sigmoid(self.mixture(x.sum(dim=1, keepdim=True) / self.max_len))  # (B,1,1)
         mixed = (1 - alpha) * global_branch + alpha * local_branch
         return self.out_norm(self.dropout(self.out(mixed)) + x) * valid
 
@@ -101,6 +116,7 @@ class AdaMCTLayer(nn.Module):
 class AdaMCT(SequentialRecommender):
     objective = "last"
     config_class = AdaMCTConfig
+    padding_free = True
 
     def __init__(self, num_items: int, config: AdaMCTConfig | None = None) -> None:
         config = config or AdaMCTConfig()
@@ -111,14 +127,9 @@ class AdaMCT(SequentialRecommender):
 
     def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
         self.check_input(item_seq)
-        length = item_seq.shape[1]
-        # squeeze-excitation reads max_len positions; record_attention cuts its records of
-        # these padded columns back to the input's last `length`
-        item_seq = F.pad(item_seq, (self.config.max_len - length, 0))
         keep_mask = attention_mask(item_seq != 0, causal=True)
-        valid = (item_seq != 0).unsqueeze(-1).to(torch.get_default_dtype())
         x = self.embed(item_seq)
-        valid = valid.to(x.dtype)
+        valid = (item_seq != 0).unsqueeze(-1).to(x.dtype)
         for layer in self.layers:
             x = layer(x, keep_mask, valid)
-        return x[:, -length:]
+        return x

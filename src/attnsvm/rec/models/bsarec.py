@@ -3,6 +3,7 @@
 Each layer mixes a Fourier filter with ordinary attention, then a GELU FFN::
 
     LP(x)  = irfft(rfft(x over positions) with bins ≥ c//2 + 1 zeroed)      (low-pass)
+           = U Uᵀ x   (U: an orthonormal basis of the kept frequencies; computed this way)
     DSP(x) = LN(x + dropout(LP(x) + β² ⊙ (x − LP(x))))                       (β learnable, per dim)
     GSP(x) = LN(x + dropout(MHSA(x)))                                        (causal attention)
     h      = α · DSP(x) + (1 − α) · GSP(x);     out = LN(h + FFN(h))
@@ -15,12 +16,20 @@ all positions on their shifted targets (SASRec's objective) would let position t
 target at t + 1. BSARec is therefore trained only on last-position targets of every prefix
 (``objective = "last"``, the official ``calculate_loss``) and its config refuses ``"causal"``.
 
+**Last query only.** The loss and the scores read the last position of the last layer alone:
+``last_hidden`` computes that layer's attention, filter output, FFN and norms for the last query
+(every position still a key, and still in the Fourier filter's input), and the trainer trains
+through it (``trains_last_hidden``): the same function as ``forward(…)[:, -1]``, one query of
+the last layer instead of L. BSARec is not ``padding_free``: the filter runs over the whole
+window, padding included, so its frequencies depend on the window's width.
+
 Defaults are the official Beauty run (``BSARec_Beauty_best.log``): α = 0.7, c = 5, d = 64,
 2 layers, 1 head, dropout 0.5, max_len 50, trained with full softmax CE.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -60,6 +69,22 @@ class BSARecConfig(TransformerConfig):
             )
 
 
+def low_pass_basis(length: int, keep_bins: int) -> torch.Tensor:
+    """``U`` (L, r), float64, orthonormal columns spanning the frequencies the low-pass keeps:
+    the constant, the cosine and sine of each kept 0 < f < L/2, and (−1)^t where f = L/2 is
+    kept. ``U Uᵀ x = irfft(rfft(x) with bins ≥ keep_bins zeroed)`` (both "ortho"): the official
+    filter as r ≤ 2·keep_bins − 1 products over positions instead of two FFTs."""
+    t = torch.arange(length, dtype=torch.float64)
+    columns = [torch.full((length,), length**-0.5, dtype=torch.float64)]
+    for f in range(1, min(keep_bins, length // 2 + 1)):
+        if 2 * f == length:  # the Nyquist bin: real, one column
+            columns.append((1 - 2 * (t % 2)) / math.sqrt(length))
+        else:
+            angle, scale = 2 * math.pi * f * t / length, math.sqrt(2 / length)
+            columns += [scale * torch.cos(angle), scale * torch.sin(angle)]
+    return torch.stack(columns, dim=1)
+
+
 class FrequencyFilter(nn.Module):
     """``DSP(x)``: low-pass plus a learnable per-dimension β² times the high-pass, residual, LN."""
 
@@ -69,14 +94,21 @@ class FrequencyFilter(nn.Module):
         self.sqrt_beta = nn.Parameter(torch.randn(1, 1, dim))
         self.dropout = Dropout(dropout)
         self.norm = nn.LayerNorm(dim)
+        self._bases: dict[tuple, torch.Tensor] = {}  # per (length, dtype, device): a constant
 
-    def low_pass(self, x: torch.Tensor) -> torch.Tensor:
-        spectrum = torch.fft.rfft(x, dim=1, norm="ortho")
-        spectrum[:, self.keep_bins :] = 0
-        return torch.fft.irfft(spectrum, n=x.shape[1], dim=1, norm="ortho")
+    def low_pass(self, x: torch.Tensor, queries: slice = slice(None)) -> torch.Tensor:
+        """``LP(x)`` (B, L, D) over positions, at the positions ``queries``."""
+        key = (x.shape[1], x.dtype, x.device)
+        if key not in self._bases:
+            basis = low_pass_basis(x.shape[1], self.keep_bins)
+            self._bases[key] = basis.to(device=x.device, dtype=x.dtype)
+        basis = self._bases[key]
+        return basis[queries] @ (basis.T @ x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        low = self.low_pass(x)
+    def forward(self, x: torch.Tensor, queries: slice = slice(None)) -> torch.Tensor:
+        """``DSP(x)`` at the positions ``queries`` (the low-pass still reads every position)."""
+        low = self.low_pass(x, queries)
+        x = x[:, queries]
         mixed = low + self.sqrt_beta**2 * (x - low)
         return self.norm(x + self.dropout(mixed))
 
@@ -93,15 +125,21 @@ class BSARecLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(dim)
         self.dropout = Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, keep_mask: torch.Tensor) -> torch.Tensor:
-        attention_branch = self.attention_norm(x + self.dropout(self.attention(x, x, keep_mask)))
-        h = self.alpha * self.filter(x) + (1 - self.alpha) * attention_branch
+    def forward(
+        self, x: torch.Tensor, keep_mask: torch.Tensor, last_query_only: bool = False
+    ) -> torch.Tensor:
+        """(B, L, D), or (B, 1, D) of the last position alone with ``last_query_only``."""
+        queries = slice(-1, None) if last_query_only else slice(None)
+        attended = self.attention(x[:, queries], x, keep_mask[..., queries, :])
+        attention_branch = self.attention_norm(x[:, queries] + self.dropout(attended))
+        h = self.alpha * self.filter(x, queries) + (1 - self.alpha) * attention_branch
         return self.ffn_norm(h + self.ffn(h))
 
 
 class BSARec(SequentialRecommender):
     objective = "last"
     config_class = BSARecConfig
+    trains_last_hidden = True
 
     def __init__(self, num_items: int, config: BSARecConfig | None = None) -> None:
         config = config or BSARecConfig()
@@ -111,10 +149,20 @@ class BSARec(SequentialRecommender):
         self.init_weights()
 
     def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
+        return self._encode(item_seq, last_query_only=False)
+
+    def last_hidden(self, item_seq: torch.Tensor) -> torch.Tensor:
+        return self._encode(item_seq, last_query_only=True)[:, -1]
+
+    def _encode(self, item_seq: torch.Tensor, last_query_only: bool) -> torch.Tensor:
+        """(B, L, D) hidden states, zero at padding; (B, 1, D) of the last position alone with
+        ``last_query_only`` (the last layer computes one query)."""
         self.check_input(item_seq)
         valid = item_seq != 0
         keep_mask = attention_mask(valid, causal=True)
         x = self.embed(item_seq)
-        for layer in self.layers:
-            x = layer(x, keep_mask)
+        for index, layer in enumerate(self.layers):
+            x = layer(x, keep_mask, last_query_only and index == len(self.layers) - 1)
+        if last_query_only:
+            valid = valid[:, -1:]
         return x * valid.unsqueeze(-1).to(x.dtype)

@@ -16,6 +16,10 @@ reference to 1e-5 (tested). ``backend="mamba_ssm"`` uses the CUDA kernel of the 
 package instead, where it is installed. Left padding is made inert: Δ = 0 there, so the state
 passes padding unchanged and a padded window reads like its unpadded self.
 
+**Last query only.** ``last_hidden`` runs the last layer's transformer block for the last query
+alone (its keys, and the selective scan, still cover every position); the trainer trains
+objective ``"last"`` through it (``trains_last_hidden``): the function of ``forward(…)[:, -1]``.
+
 Defaults: the official Amazon config (1 layer, d = 64, 1 head, d_state 32, d_conv 4, expand 2,
 dropout 0.4, max_len 50) and its loss, CE at the last position.
 """
@@ -172,15 +176,16 @@ class MaTrRecLayer(nn.Module):
             "post",
         )
 
-    def forward(self, x, keep_mask, valid):
+    def forward(self, x, keep_mask, valid, last_query_only: bool = False):
         x = self.mamba_norm(x + self.dropout(self.mamba(x, valid))) * valid
-        return self.transformer(x, keep_mask)
+        return self.transformer(x, keep_mask, last_query_only)
 
 
 class MaTrRec(SequentialRecommender):
     objective = "last"
     config_class = MaTrRecConfig
     padding_free = True
+    trains_last_hidden = True
 
     def __init__(self, num_items: int, config: MaTrRecConfig | None = None) -> None:
         config = config or MaTrRecConfig()
@@ -193,10 +198,19 @@ class MaTrRec(SequentialRecommender):
             layer.mamba.reset_dt()
 
     def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
+        return self._encode(item_seq, last_query_only=False)
+
+    def last_hidden(self, item_seq: torch.Tensor) -> torch.Tensor:
+        return self._encode(item_seq, last_query_only=True)[:, -1]
+
+    def _encode(self, item_seq: torch.Tensor, last_query_only: bool) -> torch.Tensor:
+        """(B, L, D) hidden states, zero at padding; (B, 1, D) of the last position alone with
+        ``last_query_only`` (the last layer's transformer block computes one query)."""
         self.check_input(item_seq)
         keep_mask = attention_mask(item_seq != 0, causal=True)
         x = self.embed(item_seq)
         valid = (item_seq != 0).unsqueeze(-1).to(x.dtype)
-        for layer in self.layers:
-            x = layer(x, keep_mask, valid) * valid
+        for index, layer in enumerate(self.layers):
+            last = last_query_only and index == len(self.layers) - 1
+            x = layer(x, keep_mask, valid, last) * (valid[:, -1:] if last else valid)
         return x
