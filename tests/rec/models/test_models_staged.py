@@ -72,16 +72,19 @@ def test_adt_terms_follow_their_definitions():
     # layer inputs: the embedding, then each block's output
     x = adt.embed(data)
     keep = attention_mask(valid, causal=True)
-    inputs = []
+    inputs, heads = [], []
+    attention = adt.encoder.blocks[0].attention
+    hook = attention.out_proj.register_forward_pre_hook(lambda _, args: heads.append(args[0]))
     for block in adt.encoder.blocks:
         inputs.append(x)
         x = block(x, keep)
+    hook.remove()
     decoded = adt.decode(data, hidden)
     for layer in range(2):
         error = (inputs[layer] - decoded[1 - layer]).pow(2).mean(-1)[valid].mean()
         torch.testing.assert_close(terms[f"reconstruction_{layer + 1}"], error)
     # independence: each head's output through the layer's classifier, labelled by its index
-    heads = adt._trace["heads"][0].view(*data.shape, 2, -1)
+    heads = heads[0].view(*data.shape, 2, -1)
     log_probs = adt.disentangling["head_classifiers"][0](heads).log_softmax(-1)
     nll = -(log_probs[..., 0, 0] + log_probs[..., 1, 1]) / 2
     torch.testing.assert_close(terms["independence_1"], nll[valid].mean())

@@ -37,6 +37,15 @@ the parts where this port chooses are switches:
 
 With every weight 0 the model is SASRec: same parameters first in the same order (so the same
 initial weights for a seed), same forward, and no auxiliary term computed.
+
+**Cost** (issue 33). In training with a layer term the batch runs in groups of rows of similar
+length, each cut to its longest row (``row_groups``: SASRec is padding-free, so the states are
+the same), and the encoder, the decoder and the terms see (nearly) real positions only while
+every term stays a mean over the whole batch, the official one included. The decoder's
+attention runs as the encoder's does (explicit with this package's dropout on a CPU in
+training, SDPA otherwise) on the weights of its ``nn.MultiheadAttention`` modules, the memory's
+keys and values of every layer come from one product, and each kind of term is one batched
+expression over the layers that have it.
 """
 
 from __future__ import annotations
@@ -48,9 +57,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnsvm.rec.models.row_groups import groups_by_length, scatter_rows
 from attnsvm.rec.models.sasrec import SASRec, SASRecConfig
-from attnsvm.rec.nn.attention import attention_mask
+from attnsvm.rec.nn.attention import attention_mask, reference_attention
 from attnsvm.rec.nn.ffn import PointwiseFFN
+
+#: a group's fixed cost in positions' worth of work (``row_groups``): at the official d = 256 a
+#: group's few hundred kernel calls cost about what 60 positions do through the encoder and the
+#: decoder, forward and backward (steps on S3-Beauty were alike from 40 to 160)
+GROUP_OVERHEAD = 60.0
 
 
 def layer_weights(text: str, layers: int, name: str) -> tuple[float, ...]:
@@ -92,32 +107,78 @@ class ADTConfig(SASRecConfig):
         self._choice("aux_mean", ("window", "positions"))
 
 
+def _attend(
+    module: nn.MultiheadAttention,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    keep: torch.Tensor,
+) -> torch.Tensor:
+    """``module``'s attention of per-head ``(B, H, L, d_h)`` projections under the keep-mask
+    ``keep`` (B, 1, L, L), through its ``out_proj``: the encoder's paths (``MultiHeadAttention``),
+    so dropout on a CPU draws this package's cheaper mask."""
+    dropout = module.dropout if module.training else 0.0
+    if dropout > 0.0 and query.device.type == "cpu":
+        out = reference_attention(query, key, value, keep, dropout)[0]
+    else:
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=keep, dropout_p=dropout)
+    return module.out_proj(out.transpose(1, 2).flatten(2))
+
+
 class DecoderLayer(nn.Module):
-    """The official ``DecoderLayer``: attention sub-layers without residuals of their own, on
-    torch's ``nn.MultiheadAttention`` as there (so the lens, which reads the encoder's
-    ``MultiHeadAttention`` layers, never sees the decoder, which does not run when scoring)."""
+    """The official ``DecoderLayer``: attention sub-layers without residuals of their own. Its
+    weights live in torch's ``nn.MultiheadAttention`` modules as there (so the lens, which reads
+    the encoder's ``MultiHeadAttention`` layers, never sees the decoder, which does not run when
+    scoring); ``forward`` computes with them directly (``_attend``)."""
 
     def __init__(self, config: ADTConfig) -> None:
         super().__init__()
         dim, heads, dropout = config.hidden_size, config.num_heads, config.attention_dropout
+        self.heads = heads
         self.norm = nn.LayerNorm(dim)
         self.self_attention = nn.MultiheadAttention(dim, heads, dropout, batch_first=True)
         self.cross_attention = nn.MultiheadAttention(dim, heads, dropout, batch_first=True)
         self.ffn = PointwiseFFN(dim, config.ffn_size, config.activation, config.dropout)
 
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
+
+    def memory_projection(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cross-attention's key and value weights ``(2D, D)`` and biases ``(2D,)``."""
+        dim = self.norm.normalized_shape[0]
+        attention = self.cross_attention
+        return attention.in_proj_weight[dim:], attention.in_proj_bias[dim:]
+
     def forward(
-        self, x: torch.Tensor, memory: torch.Tensor, blocked: tuple[torch.Tensor, torch.Tensor]
+        self,
+        x: torch.Tensor,
+        memory: tuple[torch.Tensor, torch.Tensor],
+        keep: tuple[torch.Tensor, torch.Tensor],
     ) -> torch.Tensor:
-        """``blocked``: torch's boolean masks (True = not attended), (B·H, L, L), for the
-        self-attention and for the cross-attention to ``memory``."""
+        """``memory``: per-head keys and values of the encoder's output (``memory_projection``);
+        ``keep``: the keep-masks (B, 1, L, L) of the self-attention and the cross-attention."""
+        dim = x.shape[-1]
         normed = self.norm(x)
-        attended = self.self_attention(
-            normed, normed, normed, attn_mask=blocked[0], need_weights=False
-        )[0]
-        attended = self.cross_attention(
-            attended, memory, memory, attn_mask=blocked[1], need_weights=False
-        )[0]
+        own = self.self_attention
+        query, key, value = F.linear(normed, own.in_proj_weight, own.in_proj_bias).chunk(3, -1)
+        heads = [self.split_heads(part) for part in (query, key, value)]
+        attended = _attend(own, *heads, keep[0])
+        cross = self.cross_attention
+        query = F.linear(attended, cross.in_proj_weight[:dim], cross.in_proj_bias[:dim])
+        attended = _attend(cross, self.split_heads(query), *memory, keep[1])
         return normed + attended + self.ffn(attended)
+
+
+@dataclass
+class GroupTrace:
+    """One group of rows of a training forward: which rows, their cut windows, the encoder's
+    output and what the hooks read (each block's input, each W_O's input)."""
+
+    rows: torch.Tensor
+    item_seq: torch.Tensor
+    hidden: torch.Tensor
+    inputs: list[torch.Tensor]
+    heads: list[torch.Tensor]
 
 
 class ADT(SASRec):
@@ -145,7 +206,7 @@ class ADT(SASRec):
         if config.independence_last_layer_weight:
             independence = (independence[-1],) * config.num_blocks
         self.independence = independence
-        self._trace: dict[str, list[torch.Tensor]] | None = None  # the last training forward's
+        self._trace: list[GroupTrace] | None = None  # the last training forward's groups
 
     def auxiliary_weights(self) -> dict[str, float]:
         weights = {"embedding_norm": self.config.embedding_norm_weight}
@@ -181,10 +242,15 @@ class ADT(SASRec):
         if not self._traced():
             self._trace = None
             return super().forward(item_seq)
-        with self._tracing() as trace:
-            hidden = super().forward(item_seq)
-        self._trace = trace
-        return hidden
+        self.check_input(item_seq)
+        groups = groups_by_length(item_seq != 0, GROUP_OVERHEAD)
+        self._trace = []
+        for rows, width in groups:
+            window = item_seq[rows][:, -width:]
+            with self._tracing() as trace:
+                hidden = super().forward(window)
+            self._trace.append(GroupTrace(rows, window, hidden, trace["inputs"], trace["heads"]))
+        return scatter_rows(groups, [group.hidden for group in self._trace], item_seq.shape[1])
 
     def auxiliary_losses(
         self, names: list[str], item_seq: torch.Tensor, hidden: torch.Tensor
@@ -192,52 +258,64 @@ class ADT(SASRec):
         terms = {}
         if "embedding_norm" in names:
             terms["embedding_norm"] = self.items.input.weight.norm()
-        layer_terms = [n for n in names if n != "embedding_norm"]
-        if not layer_terms:
+        layers = range(self.config.num_blocks)
+        rebuilt = [layer for layer in layers if f"reconstruction_{layer + 1}" in names]
+        identified = [layer for layer in layers if f"independence_{layer + 1}" in names]
+        if not rebuilt and not identified:
             return terms
         if self._trace is None:
             raise RuntimeError("ADT's layer terms need the training forward of this batch first")
-        valid = (item_seq != 0).to(hidden.dtype)
-        trace = self._trace
-        decoded = self.decode(item_seq, hidden) if any("recon" in n for n in names) else None
-        for layer in range(self.config.num_blocks):
-            name = f"reconstruction_{layer + 1}"
-            if name in names:
-                error = (trace["inputs"][layer] - decoded[-1 - layer]).pow(2).mean(-1)
-                terms[name] = self._mean(error, valid)
-            name = f"independence_{layer + 1}"
-            if name in names:
-                terms[name] = self._mean(self.head_nll(layer, trace["heads"][layer]), valid)
+        sums = {"reconstruction": 0.0, "independence": 0.0}
+        positions = 0
+        for group in self._trace:
+            valid = group.item_seq != 0
+            positions += int(valid.sum())
+            if rebuilt:
+                decoded = self.decode(group.item_seq, group.hidden)
+                # layer l's input against decoder layer L − 1 − l's output, every layer at once
+                targets = torch.stack([group.inputs[layer] for layer in rebuilt])[:, valid]
+                outputs = torch.stack([decoded[-1 - layer] for layer in rebuilt])[:, valid]
+                sums["reconstruction"] += (targets - outputs).pow(2).mean(-1).sum(-1)
+            if identified:
+                heads = torch.stack([group.heads[layer] for layer in identified])[:, valid]
+                sums["independence"] += self.head_nll(identified, heads).sum(-1)
+        if self.config.aux_mean == "window":
+            denominator = len(item_seq) * self.config.max_len
+        else:
+            denominator = max(positions, 1)
+        for kind, chosen in (("reconstruction", rebuilt), ("independence", identified)):
+            for index, layer in enumerate(chosen):
+                terms[f"{kind}_{layer + 1}"] = sums[kind][index] / denominator
         return terms
 
-    def _mean(self, values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """``values`` (B, L) summed over real positions, divided by the window or their count."""
-        total = (values * valid).sum()
-        if self.config.aux_mean == "window":
-            return total / (values.shape[0] * self.config.max_len)
-        return total / valid.sum().clamp(min=1)
-
-    def head_nll(self, layer: int, heads: torch.Tensor) -> torch.Tensor:
-        """(B, L): mean over heads of −log p(h | o_h) from layer ``layer``'s classifier."""
-        batch, length, _ = heads.shape
-        count = self.config.num_heads
-        outputs = heads.view(batch, length, count, -1)
-        log_probs = self.disentangling["head_classifiers"][layer](outputs).log_softmax(-1)
+    def head_nll(self, layers: list[int], heads: torch.Tensor) -> torch.Tensor:
+        """(len(layers), N): per layer and position, the mean over heads of −log p(h | o_h)
+        from the layer's classifier; ``heads`` (len(layers), N, D) the heads' outputs before
+        W_O of those layers."""
+        classifiers = [self.disentangling["head_classifiers"][layer] for layer in layers]
+        weight = torch.stack([classifier.weight for classifier in classifiers])  # (., H, d/H)
+        bias = torch.stack([classifier.bias for classifier in classifiers])
+        outputs = heads.unflatten(-1, (self.config.num_heads, -1))  # (., N, H, d/H)
+        logits = torch.einsum("lnhw,lcw->lnhc", outputs, weight) + bias[:, None, None, :]
+        log_probs = logits.log_softmax(-1)
         return -log_probs.diagonal(dim1=-2, dim2=-1).mean(-1)
 
     def decode(self, item_seq: torch.Tensor, encoded: torch.Tensor) -> list[torch.Tensor]:
         """Each decoder layer's output (B, L, D), first layer first, for inputs shifted right
         by one and the encoder's output as memory (both attended causally)."""
         shifted = F.pad(item_seq[:, :-1], (1, 0))
-        heads = self.config.num_heads
-        blocked = tuple(
-            (~attention_mask(keys != 0, causal=True)).expand(-1, heads, -1, -1).flatten(0, 1)
-            for keys in (shifted, item_seq)
-        )
+        keep = tuple(attention_mask(keys != 0, causal=True) for keys in (shifted, item_seq))
         valid = (shifted != 0).unsqueeze(-1).to(encoded.dtype)
+        layers = self.disentangling["decoder"]
+        # every layer's memory keys and values in one product: they all read the same memory
+        projections = [layer.memory_projection() for layer in layers]
+        weight = torch.cat([w for w, _ in projections])
+        bias = torch.cat([b for _, b in projections])
+        memories = F.linear(encoded, weight, bias).chunk(2 * len(layers), -1)
         x = self.embed(shifted)
         outputs = []
-        for layer in self.disentangling["decoder"]:
-            x = layer(x, encoded, blocked) * valid
+        for index, layer in enumerate(layers):
+            memory = tuple(layer.split_heads(part) for part in memories[2 * index : 2 * index + 2])
+            x = layer(x, memory, keep) * valid
             outputs.append(x)
         return outputs

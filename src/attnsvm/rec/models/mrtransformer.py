@@ -40,6 +40,11 @@ research notes, which read it; the paper could not be read in full. Our readings
   "P_x = [p_1..p_K]").
 - Fine-tuning the official way adds the partner's own CE and coverage (``CE_x + L_cov,x + CE_y +
   L_cov,y``); pairs change nothing there, so fine-tuning here trains on single prefixes.
+
+**Cost** (issue 33). The model is padding-free (positions count from the first token, padding is
+never attended), and in training it encodes its rows, and the swap its partners, in groups of
+similar length each cut to its longest row (``row_groups``): every-prefix batches are mostly
+short rows, and the whole window was mostly padding.
 """
 
 from __future__ import annotations
@@ -51,9 +56,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnsvm.rec.models.base import SequentialRecommender, TransformerConfig
+from attnsvm.rec.models.row_groups import groups_by_length, in_row_order, scatter_rows
 from attnsvm.rec.nn.attention import attention_modules, reference_attention
 from attnsvm.rec.nn.embedding import ItemEmbedding, SequenceEmbedding
 from attnsvm.rec.nn.losses import full_ce_loss
+
+#: a group's fixed cost in positions' worth of work (``row_groups``): at d = 64 a position is
+#: cheap, and a group's kernel calls cost about what 200 positions do (pre-training steps on
+#: S3-Beauty: 50 and 600 were slower)
+GROUP_OVERHEAD = 200.0
 
 
 @dataclass(frozen=True)
@@ -170,6 +181,9 @@ class PreferenceSwap(nn.Module):
 class MrTransformer(SequentialRecommender):
     objective = "last"
     config_class = MrTransformerConfig
+    # positions count from the first token and padding is never attended: the trainer and the
+    # evaluator may cut the padding (tests/rec/zoo)
+    padding_free = True
 
     def __init__(self, num_items: int, config: MrTransformerConfig | None = None) -> None:
         config = config or MrTransformerConfig()
@@ -220,8 +234,23 @@ class MrTransformer(SequentialRecommender):
         preferences, attention = self.identify(x[:, :count], items, is_item[:, count:])
         return items, preferences, attention
 
+    def encode_in_groups(
+        self, item_seq: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``encode``'s outputs, the rows encoded in groups of similar length, each cut to its
+        longest row (``row_groups``; the model is padding-free, so the outputs are the same)."""
+        groups = groups_by_length(item_seq != 0, GROUP_OVERHEAD)
+        parts = [self.encode(item_seq[rows][:, -width:]) for rows, width in groups]
+        length = item_seq.shape[1]
+        items = scatter_rows(groups, [part[0] for part in parts], length)
+        preferences = in_row_order(groups, [part[1] for part in parts])
+        weights = [part[2].transpose(1, 2) for part in parts]
+        attention = scatter_rows(groups, weights, length).transpose(1, 2)
+        return items, preferences, attention
+
     def forward(self, item_seq: torch.Tensor) -> torch.Tensor:
-        items, preferences, attention = self.encode(item_seq)
+        encode = self.encode_in_groups if self.training else self.encode
+        items, preferences, attention = encode(item_seq)
         self._trace = (preferences, attention) if self.training else None
         last = self.readout(preferences.sum(1))
         return torch.cat([items[:, :-1], last[:, None]], dim=1)
@@ -257,7 +286,7 @@ class MrTransformer(SequentialRecommender):
         ``source``, ``partner`` (B, L + 1): this prefix and its partner, each with its target
         last."""
         config = self.config
-        p_y = self.encode(partner[:, :-1])[1]
+        p_y = self.encode_in_groups(partner[:, :-1])[1]
         common_x, common_y, swapped_x, swapped_y = self.swap(p_x, p_y)
         common = (
             F.mse_loss(common_x, common_y) + F.mse_loss(swapped_x, p_x) + F.mse_loss(swapped_y, p_y)

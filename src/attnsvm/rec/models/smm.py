@@ -26,6 +26,12 @@ Our reading (config switches where it is uncertain):
   with an output bias (``BertForMaskedLM``'s); on by default.
 
 Defaults: d = 64, 2 pre-LN blocks, 2 heads, FFN 256, GELU, dropout 0.1, window 20 tokens.
+
+Cost (issue 33): every prefix is its own window (the encoder is bidirectional within the
+prefix, so no state is shared between a session's prefixes and one pass per session would
+compute another function); training runs the last layer for the mask token's query alone
+(``trains_last_hidden``), the trainer cuts the padding (padding-free unless positions count from
+the start), and the full CE over the catalogue is the rest of the step.
 """
 
 from __future__ import annotations
@@ -70,6 +76,9 @@ class SMMConfig(TransformerConfig):
 class SMM(SequentialRecommender):
     objective = "last"
     config_class = SMMConfig
+    # the loss reads the mask token's state alone: training runs the last layer for its query
+    # only (``training_forward``), as scoring does
+    trains_last_hidden = True
 
     def __init__(self, num_items: int, config: SMMConfig | None = None) -> None:
         config = config or SMMConfig()

@@ -76,15 +76,21 @@ def generate_prior_items(
     contexts: Sequences,
     items: int,
     below: int,
-    batch_size: int = 256,
+    batch_size: int = 512,
 ) -> Sequences:
     """Per row of ``contexts`` (oldest first), the generated items in generation order (the
-    first one just before the row's oldest item); rows of ``below`` items or more get none."""
+    first one just before the row's oldest item); rows of ``below`` items or more get none.
+
+    Each row's items depend on that row alone (the model scores in eval mode), so the rows are
+    generated in batches of rows that want as many rounds (most first, then by length), a round
+    scores only the rows still generating, and a padding-free model reads each round's windows
+    cut to their longest row: the same items as one round per row at the full window."""
     max_len = model.config.max_len
     reversed_rows = reverse_rows(contexts)
     lengths = contexts.lengths
     wanted = np.minimum(np.maximum(below - lengths, 0), items)
     active = np.flatnonzero(wanted > 0)
+    active = active[np.lexsort((lengths[active], -wanted[active]))]
     generated = np.zeros((len(contexts), max(items, 1)), dtype=np.int64)
     model.eval()
     with torch.inference_mode():
@@ -100,12 +106,18 @@ def generate_prior_items(
             seen[torch.from_numpy(row_of), torch.from_numpy(flat)] = True
             seen[:, 0] = True
             sequence = torch.from_numpy(history)
+            remaining = torch.from_numpy(wanted[rows])
+            live = torch.arange(rows.size)
             for round_ in range(int(wanted[rows].max())):
-                scores = model.score_last(sequence).masked_fill(seen, float("-inf"))
+                live = live[remaining[live] > round_]
+                window = sequence[live]
+                if model.padding_free:
+                    window = window[:, -max(1, int((window != 0).sum(1).max())) :]
+                scores = model.score_last(window).masked_fill(seen[live], float("-inf"))
                 best = scores.argmax(1)
-                generated[rows, round_] = best.numpy()
-                seen[torch.arange(rows.size), best] = True
-                sequence = torch.cat([sequence[:, 1:], best[:, None]], dim=1)
+                generated[rows[live.numpy()], round_] = best.numpy()
+                seen[live, best] = True
+                sequence[live] = torch.cat([sequence[live, 1:], best[:, None]], dim=1)
     counts = np.where(wanted > 0, wanted, 0)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     keep = np.arange(generated.shape[1])[None, :] < counts[:, None]
