@@ -44,6 +44,12 @@ from attnsvm.rec.train.runs import LoadedRun, open_run
 
 EXAMPLE_USERS = 4  # users the report shows one by one
 TOP_K = 10  # recommendations listed per example user
+#: Fewest Att-SVM constraints per head (rivals of the selected token, over all sequences) for
+#: which heads are analysed in worker processes. A spawned worker first imports torch, cvxpy
+#: and the package (about 5 s on a busy 2-core machine); a head of 50 ML-100K sequences (4,724
+#: constraints) solves in 3-7 s there, and 2 workers made that report slower (39.5 s
+#: against 25.2 s in one process, 2026-12-06).
+PARALLEL_CONSTRAINTS = 20_000
 
 
 @dataclass(frozen=True)
@@ -315,10 +321,12 @@ def _analyse_job(job, C: float) -> HeadAnalysis:
 
 def _analyse_heads(jobs: list, C: float, done: Callable[[], None]) -> list[HeadAnalysis]:
     """``analyse_head`` of every ``(view, scores, snapshots)``, in job order. Heads are
-    independent and their Att-SVM solves single-threaded, so with several cores they run in as
-    many processes (spawned, so that no forked torch or OpenMP state is inherited)."""
+    independent and their Att-SVM solves single-threaded, so with several cores and at least
+    ``PARALLEL_CONSTRAINTS`` constraints per head they run in as many processes (spawned, so
+    that no forked torch or OpenMP state is inherited)."""
     workers = min(len(jobs), os.cpu_count() or 1)
-    if workers <= 1:
+    constraints = min((int(view.valid.sum()) - len(view.valid) for view, _, _ in jobs), default=0)
+    if workers <= 1 or constraints < PARALLEL_CONSTRAINTS:
         analyses = []
         for job in jobs:
             analyses.append(_analyse_job(job, C))
