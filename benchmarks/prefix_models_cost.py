@@ -243,38 +243,9 @@ def gradient_gap(name: str, split, length: int, train_mode: bool, seed: int = 0)
     return float((gradients[0] - gradients[1]).norm() / gradients[0].norm())
 
 
-def last_query_hidden(model, item_seq: torch.Tensor) -> torch.Tensor:
-    """BSARec's or MaTrRec's ``(B, D)`` last hidden state with the last layer's attention, FFN
-    and norms computed for the last query alone (every position still a key; BSARec's Fourier
-    filter still reads every position): what the "last" objective uses of ``forward``."""
-    from attnsvm.rec.nn.attention import attention_mask
-
-    valid = item_seq != 0
-    keep = attention_mask(valid, causal=True)
-    x = model.embed(item_seq)
-    *first, final = model.layers
-    if type(model).__name__ == "BSARec":
-        for layer in first:
-            x = layer(x, keep)
-        last = x[:, -1:]
-        attended = final.attention(last, x, keep[..., -1:, :])
-        attention_branch = final.attention_norm(last + final.dropout(attended))
-        low = final.filter.low_pass(x)[:, -1:]
-        mixed = low + final.filter.sqrt_beta**2 * (last - low)
-        filtered = final.filter.norm(last + final.filter.dropout(mixed))
-        h = final.alpha * filtered + (1 - final.alpha) * attention_branch
-        out = final.ffn_norm(h + final.ffn(h))
-    else:  # MaTrRec: the scan needs every position, the Transformer block only the last query
-        mask = valid.unsqueeze(-1).to(x.dtype)
-        for layer in first:
-            x = layer(x, keep, mask) * mask
-        x = final.mamba_norm(x + final.dropout(final.mamba(x, mask))) * mask
-        out = final.transformer(x, keep, last_query_only=True)
-    return (out * valid[:, -1:, None].to(out.dtype))[:, 0]
-
-
 def last_query_rows(split, batches: int, batch_size: int) -> list[str]:
-    """Full forward against ``last_query_hidden``: the largest difference of the last hidden
+    """Full forward against the model's ``last_hidden`` (the final layer's last query alone,
+    what training through ``training_forward`` computes): the largest difference of the last hidden
     state in eval mode and the median CPU s of forward + CE + backward (training mode)."""
     from attnsvm.rec.data.batches import make_batch, make_examples
     from attnsvm.rec.train.scoring import build
@@ -295,14 +266,14 @@ def last_query_rows(split, batches: int, batch_size: int) -> list[str]:
         model.eval()
         with torch.no_grad():
             gap = max(
-                float((model(b.inputs)[:, -1] - last_query_hidden(model, b.inputs)).abs().max())
+                float((model(b.inputs)[:, -1] - model.last_hidden(b.inputs)).abs().max())
                 for b in data[:2]
             )
         model.train()
         seconds = {}
         for variant, hidden_of in (
             ("full", lambda seq, model=model: model(seq)[:, -1]),
-            ("last query", lambda seq, model=model: last_query_hidden(model, seq)),
+            ("last query", lambda seq, model=model: model.last_hidden(seq)),
         ):
             times = []
             for number, batch in enumerate(data):
