@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -391,10 +392,9 @@ class TrainingLoop:
         return record
 
 
-def _compiled(model: torch.nn.Module) -> torch.nn.Module:
-    """``model`` under ``torch.compile`` with one graph for every batch shape: dynamic shapes,
-    since the length groups cut each batch to its own width (a static graph would recompile
-    for every width seen), and scalar outputs captured, so the dropout's seed draw
-    (``rec/nn/dropout.py``) stays inside the graph instead of breaking it."""
+def _compiled(forward: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``forward`` (the model, or its ``last_position``) compiled as one graph for every batch
+    shape: dynamic shapes, since the length groups cut each batch to its own width, and scalar
+    outputs captured, so the dropout's seed draw (``rec/nn/dropout.py``) stays in the graph."""
     torch._dynamo.config.capture_scalar_outputs = True
-    return torch.compile(model, dynamic=True)
+    return torch.compile(forward, dynamic=True)
