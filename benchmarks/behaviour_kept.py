@@ -24,7 +24,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from reference import THIS_TREE, checkout, describe, run_snippet
+from reference import (
+    METRICS_HEADER,
+    THIS_TREE,
+    behaviour_verdict,
+    checkout,
+    compare_test_metrics,
+    describe,
+    run_snippet,
+)
 
 ROOT = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 MODELS = ("sasrec+", "bert4rec", "bsarec", "adamct", "matrrec", "actsr", "vstan")
@@ -49,6 +57,11 @@ with tempfile.TemporaryDirectory() as folder:
 """
 
 
+def printed(metric: str) -> bool:
+    """The metrics the table shows (all of them are compared)."""
+    return metric.endswith("@10") or metric.startswith("HR@1")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", default="HEAD", help="git commit to compare against")
@@ -61,26 +74,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         before_src = checkout(args.before, Path(folder))
         print(f"before: {describe(args.before)}\nafter:  this working tree\n")
-        print(f"{'model':<10} {'metric':<14} {'before':>10} {'after':>10} {'|diff|':>9}")
+        print(METRICS_HEADER)
         worst = 0.0
         for name in args.models:
             code = SNIPPET.format(name=name, root=str(ROOT), no_dropout=name in NO_DROPOUT)
             before = run_snippet(code, before_src)
             after = run_snippet(code, THIS_TREE)
-            for metric in sorted(before):
-                diff = abs(before[metric] - after.get(metric, float("nan")))
-                worst = max(worst, diff) if diff == diff else float("inf")
-                if metric.endswith("@10") or metric.startswith("HR@1"):
-                    print(
-                        f"{name:<10} {metric:<14} {before[metric]:>10.6f} "
-                        f"{after.get(metric, float('nan')):>10.6f} {diff:>9.2e}"
-                    )
-            if set(before) != set(after):
-                print(f"{name}: metric names differ: {sorted(set(before) ^ set(after))}")
-                worst = float("inf")
-    verdict = "kept" if worst <= args.tolerance else "CHANGED"
-    print(f"\nlargest difference over all test metrics: {worst:.2e} → behaviour {verdict}")
-    return 0 if worst <= args.tolerance else 1
+            worst = max(worst, compare_test_metrics(name, before, after, printed))
+    return behaviour_verdict(worst, args.tolerance)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from reference import THIS_TREE, checkout, describe, run_snippet
+from reference import (
+    METRICS_HEADER,
+    THIS_TREE,
+    behaviour_verdict,
+    checkout,
+    compare_test_metrics,
+    describe,
+    run_snippet,
+)
 from staged_common import ROOT, dataset
 
 CASES = ("adt", "mrtransformer", "bicat", "smm")
@@ -73,6 +81,11 @@ print(json.dumps(test))
 """
 
 
+def printed(metric: str) -> bool:
+    """The metrics the table shows (all of them are compared)."""
+    return metric.endswith("@10")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", default="HEAD", help="git commit to compare against")
@@ -86,26 +99,14 @@ def main() -> int:
         data = dataset("beauty", ROOT, Path(folder), users=2000)[0]
         before_src = checkout(args.before, Path(folder))
         print(f"before: {describe(args.before)}\nafter:  this working tree\n")
-        print(f"{'case':<14} {'metric':<14} {'before':>10} {'after':>10} {'|diff|':>9}")
+        print(METRICS_HEADER)
         worst = 0.0
         for case in args.cases:
             code = SNIPPET.format(case=case, data=data, runs=RUNS, recipes=RECIPES, budget=BUDGET)
             before = run_snippet(code, before_src)
             after = run_snippet(code, THIS_TREE)
-            for metric in sorted(before):
-                diff = abs(before[metric] - after.get(metric, float("nan")))
-                worst = max(worst, diff) if diff == diff else float("inf")
-                if metric.endswith("@10"):
-                    print(
-                        f"{case:<14} {metric:<14} {before[metric]:>10.6f} "
-                        f"{after.get(metric, float('nan')):>10.6f} {diff:>9.2e}"
-                    )
-            if set(before) != set(after):
-                print(f"{case}: metric names differ: {sorted(set(before) ^ set(after))}")
-                worst = float("inf")
-    verdict = "kept" if worst <= args.tolerance else "CHANGED"
-    print(f"\nlargest difference over all test metrics: {worst:.2e} → behaviour {verdict}")
-    return 0 if worst <= args.tolerance else 1
+            worst = max(worst, compare_test_metrics(case, before, after, printed))
+    return behaviour_verdict(worst, args.tolerance)
 
 
 if __name__ == "__main__":

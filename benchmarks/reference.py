@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +59,35 @@ def run_snippet(code: str, src: Path, env: dict[str, str] | None = None) -> Any:
     if done.returncode != 0:
         raise RuntimeError(f"snippet failed against {src}:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compare_test_metrics(
+    label: str, before: dict, after: dict, shown: Callable[[str], bool]
+) -> float:
+    """Print the ``shown`` metrics of a run before and after side by side (the columns of
+    ``METRICS_HEADER``); returns the largest difference over all of its metrics, infinite where
+    a value is NaN or the two runs report different metrics."""
+    worst = 0.0
+    for metric in sorted(before):
+        diff = abs(before[metric] - after.get(metric, float("nan")))
+        worst = max(worst, diff) if diff == diff else float("inf")
+        if shown(metric):
+            print(
+                f"{label:<14} {metric:<14} {before[metric]:>10.6f} "
+                f"{after.get(metric, float('nan')):>10.6f} {diff:>9.2e}"
+            )
+    if set(before) != set(after):
+        print(f"{label}: metric names differ: {sorted(set(before) ^ set(after))}")
+        worst = float("inf")
+    return worst
+
+
+METRICS_HEADER = f"{'run':<14} {'metric':<14} {'before':>10} {'after':>10} {'|diff|':>9}"
+
+
+def behaviour_verdict(worst: float, tolerance: float) -> int:
+    """Print the verdict on the largest difference; the exit status (1 where it passes
+    ``tolerance``)."""
+    verdict = "kept" if worst <= tolerance else "CHANGED"
+    print(f"\nlargest difference over all test metrics: {worst:.2e} → behaviour {verdict}")
+    return 0 if worst <= tolerance else 1
