@@ -18,7 +18,8 @@ trees read it through the same ``data.columns`` path, so they train and rank the
 
     .venv/bin/python benchmarks/catalogue_speed.py --work /tmp/cat277 --old-tree /tmp/old-tree
 
-(``--old-tree``: a worktree of the commit before issue 35's changes, ``git worktree add --detach
+(``--part evaluation`` ranks the weights an earlier training part left under ``--work``;
+``--old-tree``: a worktree of the commit before issue 35's changes, ``git worktree add --detach
 /tmp/old-tree cf105cc^``.) Each measurement runs in a child process of the tree it measures
 (``PYTHONPATH``), on a quiet machine.
 """
@@ -158,6 +159,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--users", type=int, default=4000)
     parser.add_argument("--child", choices=("train", "evaluate"), default=None)
     parser.add_argument("--arm", choices=sorted(ARMS), default="mixed")
+    parser.add_argument(
+        "--part",
+        choices=("both", "training", "evaluation"),
+        default="both",
+        help="evaluation alone ranks the weights a training run left under --work",
+    )
     args = parser.parse_args(argv)
     if args.child == "train":
         print(json.dumps(child_train(args)))
@@ -177,18 +184,24 @@ def main(argv: list[str] | None = None) -> None:
         ("this tree", "shared"),
     ]
     rows = []
-    for tree, arm in training:
+    for tree, arm in training if args.part != "evaluation" else []:
         steps = ["--steps", str(args.steps), "--arm", arm]
         result = in_tree(trees[tree], args, "--child", "train", *steps)
         rows.append((tree, arm, result))
         print(f"train {tree:15} {arm:13} {json.dumps(result)}", flush=True)
-    baseline = rows[0][2]["sequences_per_s"]
-    print(f"\n| tree | loss | sequences/s (1 thread) | ratio | NDCG@10 after {args.steps} steps |")
-    print("|---|---|---|---|---|")
-    for tree, arm, result in rows:
-        rate = result["sequences_per_s"]
-        ndcg = result["valid"]["NDCG@10"]
-        print(f"| {tree} | {arm} | {rate:.1f} | {rate / baseline:.2f}× | {ndcg:.4f} |")
+    if rows:
+        baseline = rows[0][2]["sequences_per_s"]
+        print(
+            f"\n| tree | loss | sequences/s (1 thread) | ratio | NDCG@10 after {args.steps} steps |"
+        )
+        print("|---|---|---|---|---|")
+        for tree, arm, result in rows:
+            rate = result["sequences_per_s"]
+            ndcg = result["valid"]["NDCG@10"]
+            print(f"| {tree} | {arm} | {rate:.1f} | {rate / baseline:.2f}× | {ndcg:.4f} |")
+    if args.part == "training":
+        os.system("uptime")
+        return
     evaluations = {tree: in_tree(path, args, "--child", "evaluate") for tree, path in trees.items()}
     old, new = evaluations["issue 35 filed"], evaluations["this tree"]
     print(f"\n| tree | users/s (1 thread, {args.users} test users × {ITEMS} items) | ratio |")

@@ -36,6 +36,7 @@ from attnsvm._atomic import atomic_path, write_bytes
 from attnsvm._files import open_regular, read_text
 from attnsvm.errors import UnreadableFile, cut
 from attnsvm.rec.data.sequences import EvalTask, Sequences
+from attnsvm.rec.eval.estimates import Estimates
 from attnsvm.rec.eval.exclusions import Exclusions
 from attnsvm.rec.eval.metrics import check_ks, metrics_from_topk
 from attnsvm.rec.eval.topk import first_by_score_then_id, top_by_score_then_id
@@ -86,10 +87,12 @@ class ScoreBlock:
     item ids ``start..stop − 1`` as a tensor the ranker may modify in place. A model's scores
     come as one block per length group (``scoring.ModelScores``), so no score is copied back
     into its batch's order, and item range by item range, so a block's scores over a large
-    catalogue never exist all at once."""
+    catalogue never exist all at once. ``estimates``, where given, rank a catalogue scored in
+    ranges from bfloat16 estimates with the same result (``estimates.Estimates``)."""
 
     positions: np.ndarray
     scores: Callable[[int, int], torch.Tensor]
+    estimates: Estimates | None = None
 
 
 def score_blocks(score_fn: ScoreFn, rows: np.ndarray, num_items: int) -> Iterable[ScoreBlock]:
@@ -144,7 +147,9 @@ def rank_block(
     """A block's top-k ``(scores, item ids)`` over items 1..num_items, ids 0 at -inf, with its
     batch's ``exclusions`` applied. Ranked range by range (``item_ranges``): every range's own
     top-k by (score desc, id asc) is merged into the running top-k, which is exactly the top-k
-    of the whole row since that order is total (no two items share an id)."""
+    of the whole row since that order is total (no two items share an id). A block with
+    ``estimates`` gives from each range only the items that may enter the top-k, scored in
+    float32 (``Estimates.candidates``), or the range's top-k where too many may."""
     rows = block.positions.size
     mine = exclusions.of_block(block.positions)
     ranges = item_ranges(rows, num_items, item_chunk)
@@ -152,28 +157,48 @@ def rank_block(
         mine = mine.by_item()
     best: tuple[torch.Tensor, torch.Tensor] | None = None
     for start, stop in ranges:
-        scores = block.scores(start, stop)
-        if not isinstance(scores, torch.Tensor) or scores.shape != (rows, stop - start):
-            shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores)
-            raise ValueError(
-                f"a score block returned {shape} for items {start}..{stop - 1}; "
-                f"expected ({rows}, {stop - start})"
-            )
-        if not scores.is_floating_point():
-            scores = scores.to(torch.float64)
-        if start == 0:
-            scores[:, 0] = -torch.inf  # the padding id
-        (mine.within(start, stop) if len(ranges) > 1 else mine).apply(scores, start)
-        values, ids = top_by_score_then_id(scores, k)
-        if start:
-            ids += start
+        in_range = mine.within(start, stop) if len(ranges) > 1 else mine
+        part = None
+        if block.estimates is not None:
+            kth = torch.full((rows,), -torch.inf)
+            if best is not None and best[0].shape[1] >= k:
+                kth = best[0][:, k - 1]
+            part = block.estimates.candidates(start, stop, in_range, k, kth)
+        values, ids = part if part is not None else range_top(block, in_range, start, stop, k)
         if best is not None:
             values = torch.cat([best[0], values], dim=1)
             ids = torch.cat([best[1], ids], dim=1)
             values, ids = first_by_score_then_id(values, ids, k)
         best = values, ids
     values, ids = best
+    if values.shape[1] < k:  # estimates found fewer than k rankable items in every row
+        values = torch.nn.functional.pad(values, (0, k - values.shape[1]), value=-torch.inf)
+        ids = torch.nn.functional.pad(ids, (0, k - ids.shape[1]))
     return values, ids.masked_fill_(values == -torch.inf, 0)
+
+
+def range_top(
+    block: ScoreBlock, exclusions: Exclusions, start: int, stop: int, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top-k ``(scores, item ids)`` of items start..stop − 1 from the block's scores, with
+    ``exclusions`` (those of the range) applied."""
+    rows = block.positions.size
+    scores = block.scores(start, stop)
+    if not isinstance(scores, torch.Tensor) or scores.shape != (rows, stop - start):
+        shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores)
+        raise ValueError(
+            f"a score block returned {shape} for items {start}..{stop - 1}; "
+            f"expected ({rows}, {stop - start})"
+        )
+    if not scores.is_floating_point():
+        scores = scores.to(torch.float64)
+    if start == 0:
+        scores[:, 0] = -torch.inf  # the padding id
+    exclusions.apply(scores, start)
+    values, ids = top_by_score_then_id(scores, k)
+    if start:
+        ids += start
+    return values, ids
 
 
 def rank_topk(

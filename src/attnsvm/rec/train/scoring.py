@@ -33,8 +33,10 @@ from attnsvm.rec.config import ConfigError, DataConfig, EvalConfig, RunConfig
 from attnsvm.rec.data.interactions import Interactions
 from attnsvm.rec.data.sequences import EvalTask
 from attnsvm.rec.data.splits import Split, leave_one_out, session_split, temporal_split
+from attnsvm.rec.eval.estimates import Estimates, bfloat16_table, estimates_available
 from attnsvm.rec.eval.metrics import metrics_from_topk
 from attnsvm.rec.eval.ranking import (
+    SCORE_WHOLE_ITEMS,
     EvalResult,
     ScoreBlock,
     protocol_label,
@@ -162,6 +164,7 @@ class ModelScores:
         self, model: SequentialRecommender, task: EvalTask, device: torch.device, bf16: bool
     ) -> None:
         self.model, self.task, self.device, self.bf16 = model, task, device, bf16
+        self.table_bf16: tuple[torch.Tensor, float] | None = None  # made once, where estimated
         # scored as the base class scores: logits(last_hidden(scoring_input(window)))
         self.by_hidden = (
             type(model).score_last is SequentialRecommender.score_last
@@ -203,14 +206,14 @@ class ModelScores:
         with autocast(self.device, self.bf16):
             return self.model.score_last(windows_t, **extras).float()
 
-    def _by_range(
-        self, rows: np.ndarray, windows: np.ndarray
-    ) -> Callable[[int, int], torch.Tensor]:
-        """``(start, stop) → scores of items start..stop − 1``: ``logits`` of the rows' last
-        hidden states. The whole catalogue is scored by ``logits``'s own expression, so its
-        scores are ``score_last``'s to the bit; a range of it (a large catalogue) by products of
-        ``SCORE_TILE_ITEMS`` items written into one buffer (float32 operands; under bf16
-        autocast by the expression on the range)."""
+    def _by_range(self, positions: np.ndarray, rows: np.ndarray, windows: np.ndarray) -> ScoreBlock:
+        """The block of ``positions`` (rows ``rows``) scored by ``(start, stop) → scores of
+        items start..stop − 1``: ``logits`` of the rows' last hidden states. The whole catalogue
+        is scored by ``logits``'s own expression, so its scores are ``score_last``'s to the bit;
+        a range of it (a large catalogue) by products of ``SCORE_TILE_ITEMS`` items written into
+        one buffer (float32 operands; under bf16 autocast by the expression on the range), and a
+        float32 catalogue wider than ``SCORE_WHOLE_ITEMS`` is ranked from bfloat16 estimates
+        where the CPU computes them natively (``estimates``: the same top-k)."""
         model = self.model
         windows_t, extras = self._inputs(rows, windows)
         with torch.inference_mode(), autocast(self.device, self.bf16):  # scores for ranking
@@ -240,7 +243,13 @@ class ModelScores:
                 logits[:, 0] = float("-inf")
             return logits.float()
 
-        return scores
+        estimated = None
+        wide = table.shape[0] > SCORE_WHOLE_ITEMS and estimates_available(self.device)
+        if wide and one_dtype and table.dtype == torch.float32 and not self.bf16:
+            if self.table_bf16 is None:
+                self.table_bf16 = bfloat16_table(table)
+            estimated = Estimates.of(hidden, table, self.table_bf16, bias)
+        return ScoreBlock(positions, scores, estimated)
 
     def __call__(self, rows: np.ndarray) -> torch.Tensor:
         groups = self._groups(rows)
@@ -259,7 +268,7 @@ class ModelScores:
         computed when the ranker reaches it."""
         for positions, windows in self._groups(rows):
             if self.by_hidden:
-                yield ScoreBlock(positions, self._by_range(rows[positions], windows))
+                yield self._by_range(positions, rows[positions], windows)
             else:
                 scores = self._score_last(rows[positions], windows)
                 yield ScoreBlock(positions, lambda start, stop, s=scores: s[:, start:stop])
