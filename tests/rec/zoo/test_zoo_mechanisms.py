@@ -9,7 +9,7 @@ from zoo_helpers import MAX_LEN, NUM_ITEMS, make_model, one_thread
 
 from attnsvm.rec.models.actsr import adversarial_step, calibrated_parameters
 from attnsvm.rec.models.convformer import CausalDepthwiseConv
-from attnsvm.rec.models.matrrec import MaTrRecConfig, selective_scan
+from attnsvm.rec.models.matrrec import MaTrRecConfig, SequentialScan, selective_scan
 from attnsvm.rec.models.strec import query_counts
 from attnsvm.rec.nn.losses import full_ce_loss
 from attnsvm.rec.nn.sse import StochasticSharedEmbedding, sse_replace
@@ -58,6 +58,33 @@ def test_selective_scan_equals_the_naive_recurrence(scan: str) -> None:
     )
     got = selective_scan(u, delta, A, B, C, D, scan)
     torch.testing.assert_close(got.double(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_sequential_scan_gradient_is_the_recurrences() -> None:
+    """``SequentialScan``'s written-out backward against finite differences (float64) and
+    against autograd through the parallel scan, every input's gradient."""
+    generator = torch.Generator().manual_seed(1)
+    batch, length, channels, states = 2, 7, 3, 4
+
+    def inputs():
+        shapes = (
+            [(batch, length, channels)] * 2 + [(channels, states)] + [(batch, length, states)] * 2
+        )
+        u, delta, A, B, C = (
+            torch.randn(*s, generator=generator, dtype=torch.float64) for s in shapes
+        )
+        delta, A = torch.nn.functional.softplus(delta), -torch.exp(A)
+        return [x.requires_grad_() for x in (u, delta, A, B, C)]
+
+    sequential = inputs()
+    assert torch.autograd.gradcheck(SequentialScan.apply, sequential)
+    parallel = [x.detach().clone().requires_grad_() for x in sequential]
+    weights = torch.randn(batch, length, channels, generator=generator, dtype=torch.float64)
+    D = torch.zeros(channels, dtype=torch.float64)
+    (selective_scan(*sequential, D, "sequential") * weights).sum().backward()
+    (selective_scan(*parallel, D, "parallel") * weights).sum().backward()
+    for ours, reference in zip(sequential, parallel, strict=True):
+        torch.testing.assert_close(ours.grad, reference.grad, atol=1e-10, rtol=1e-10)
 
 
 def test_matrrec_scans_agree_inside_the_model_and_padding_is_inert() -> None:
