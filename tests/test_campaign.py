@@ -231,3 +231,42 @@ def test_a_sliced_arm_resumes_and_adds_up_its_cpu(tmp_path: Path) -> None:
     SliceLimit(minutes=60).on_epoch_end(State())  # within its slice: nothing happens
     with pytest.raises(SliceSpent, match="after epoch 3"):
         SliceLimit(minutes=0).on_epoch_end(State())
+
+
+def test_staged_arms_resolve_to_their_stated_protocols(tmp_path: Path) -> None:
+    """BiCAT's and MrTransformer's campaign arms: the recipes with their cut epochs, and the
+    baselines as the fine-tuning stage from fresh weights, without the staged mechanism."""
+    from attnsvm.rec.train.recipe import resolve_recipe
+    from campaign import manifest
+
+    plan = resolve_recipe(
+        "bicat", tmp_path / "b", "beauty", None, manifest.bicat_overrides("no_leak", 2)
+    )
+    pretrain, generate, finetune = plan["stages"]
+    assert generate["settings"]["mode"] == "no_leak"
+    for stage in (pretrain, finetune):
+        train = stage["settings"]["train"]
+        assert (train["epochs"], train["seed"], train["patience"]) == (
+            manifest.BICAT_EPOCHS,
+            2,
+            1000,
+        )
+    assert finetune["settings"]["train"]["init_from"] == pretrain["folder"]
+    backbone = manifest.staged_config(
+        "bicat", "finetune", "beauty", manifest.BICAT_BACKBONE_CHANGES, 2
+    )
+    assert backbone.train.init_from is None and backbone.data.synthetic_prefix is None
+    assert backbone.model.overrides["kl_weight"] == 0 and backbone.data.synthetic_items == 0
+    assert backbone.eval.sampled_negatives == finetune["settings"]["eval"]["sampled_negatives"]
+    assert backbone.loss == type(backbone.loss).from_dict(finetune["settings"]["loss"])
+
+    plan = resolve_recipe(
+        "mrtransformer", tmp_path / "m", "beauty", None, manifest.mrtransformer_overrides(1)
+    )
+    epochs = [stage["settings"]["train"]["epochs"] for stage in plan["stages"]]
+    assert epochs == list(manifest.MR_EPOCHS)
+    alone = manifest.staged_config(
+        "mrtransformer", "finetune", "beauty", manifest.MR_FINETUNE_CHANGES, 1
+    )
+    assert alone.train.init_from is None and alone.train.epochs == sum(manifest.MR_EPOCHS)
+    assert alone.train.warmup_steps == plan["stages"][1]["settings"]["train"]["warmup_steps"] == 500

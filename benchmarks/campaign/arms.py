@@ -159,3 +159,23 @@ def read_run(run: Path) -> Outcome:
     """A finished run's test metrics (``HR@10``, ``NDCG@10``, …) and epoch count."""
     metrics = json.loads((run / "metrics.json").read_text())
     return Outcome({k: float(v) for k, v in metrics["test"].items()}, int(metrics["epochs"]))
+
+
+def recipe_arm(key: str, system: str, recipe: str, dataset: str, root: str, overrides) -> Arm:
+    """An arm trained by a staged recipe (``rec/train/recipe.py``: BiCAT's pre-training,
+    generation and fine-tuning; MrTransformer's pre-training and fine-tuning) on ``dataset``,
+    ``overrides(seed)`` its ``--set`` assignments; read from the last stage's test metrics. An
+    interrupted recipe resumes at the stage it stopped in."""
+
+    def make(seed: int, space: Workspace) -> Outcome:
+        from attnsvm.rec.train.recipe import RECIPE_FILE, resume_recipe, run_recipe
+
+        out = space.folder(key, seed) / "recipe"
+        if (out / RECIPE_FILE).is_file():
+            result = resume_recipe(out, show_progress=False)
+        else:
+            shutil.rmtree(out, ignore_errors=True)  # stopped before its plan was written
+            result = run_recipe(recipe, out, dataset, root, overrides(seed), show_progress=False)
+        return read_run(result.last_run)
+
+    return Arm(key, system, make)
