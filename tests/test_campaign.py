@@ -270,3 +270,19 @@ def test_staged_arms_resolve_to_their_stated_protocols(tmp_path: Path) -> None:
     )
     assert alone.train.init_from is None and alone.train.epochs == sum(manifest.MR_EPOCHS)
     assert alone.train.warmup_steps == plan["stages"][1]["settings"]["train"]["warmup_steps"] == 500
+
+
+def test_ml1m_budget_arms_spend_about_the_same_cpu() -> None:
+    """The every-prefix models' ML-1M cells: every arm's schedule costs the stated budget, to
+    within one of its epochs (SASRec+) or one step an epoch (the every-prefix models)."""
+    from campaign import manifest
+
+    budget = manifest.ML1M_BUDGET_MINUTES * 60
+    for name, (seconds, whole) in manifest.ML1M_STEPS.items():
+        epochs, steps = manifest.budget_schedule(name)
+        config = manifest.budget_config(name, 0)
+        assert (config.train.epochs, config.train.steps_per_epoch) == (epochs, steps)
+        assert config.eval.valid_users == 1000
+        spent = epochs * (whole if steps is None else steps) * seconds
+        slack = (whole if steps is None else epochs) * seconds
+        assert budget - slack <= spent <= budget + slack, name
