@@ -27,6 +27,7 @@ from attnsvm.rec.train import distributed
 from attnsvm.rec.train.generate import generate_prior_items, generation_contexts, write_generation
 from attnsvm.rec.train.loop import TrainingLoop
 from attnsvm.rec.train.scoring import build, load_split
+from epoch_cases import first_batches
 from staged_common import ROOT, dataset
 from staged_cost import stage_configs
 
@@ -76,13 +77,6 @@ def loop_of(case: str, work: Path) -> TrainingLoop:
     return TrainingLoop(config, split, model, distributed.init_from_env())
 
 
-def batches(loop: TrainingLoop, count: int) -> tuple[list[np.ndarray], torch.Generator]:
-    generator = loop.begin_epoch(1)
-    order = torch.randperm(len(loop.examples), generator=generator).numpy()
-    size = loop.config.train.batch_size
-    return [order[i * size : (i + 1) * size] for i in range(count)], generator
-
-
 def generation_seconds(users: int, work: Path) -> float:
     """Seconds of a whole generation from fresh pre-training weights, from ``users`` users
     (0: every user) drawn at random, scaled to every user."""
@@ -112,7 +106,7 @@ def measure(cases: list[str], steps: int, users: int, work: str) -> dict:
             out[case] = {"seconds": generation_seconds(users, Path(work))}
         else:
             loops[case] = loop_of(case, Path(work))
-    plans = {case: batches(loop, steps + 2) for case, loop in loops.items()}
+    plans = {case: first_batches(loop, steps + 2) for case, loop in loops.items()}
     for number in range(steps + 2):
         for case, loop in loops.items():
             chosen, generator = plans[case]
@@ -170,7 +164,7 @@ def profile(cases: list[str], work: Path, steps: int = 3, operators: int = 6) ->
         if case == "bicat-generation":
             continue
         loop = loop_of(case, work)
-        chosen, generator = batches(loop, steps + 2)
+        chosen, generator = first_batches(loop, steps + 2)
         loop.train_step(chosen[0], generator)
         totals: dict[str, float] = {}
         for index in chosen[1:-1]:
