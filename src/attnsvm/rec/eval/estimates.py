@@ -53,6 +53,7 @@ class Estimates:
     table_bf16: torch.Tensor
     bias: torch.Tensor | None
     bound: torch.Tensor
+    hidden_bf16: torch.Tensor
 
     @classmethod
     def of(
@@ -70,12 +71,12 @@ class Estimates:
         bound = ESTIMATE_ERROR * (torch.linalg.vector_norm(hidden, dim=1) * scale)
         if bias is not None:
             bound = bound + ESTIMATE_ERROR * bias.abs().max()
-        return cls(hidden, table, table_bf16, bias, bound)
+        return cls(hidden, table, table_bf16, bias, bound, hidden.to(torch.bfloat16))
 
     def estimate(self, start: int, stop: int) -> torch.Tensor:
         """``(stop − start, rows)`` estimates of items start..stop − 1 (items × rows: the
         product's fastest layout)."""
-        product = torch.mm(self.table_bf16[start:stop], self.hidden.to(torch.bfloat16).T)
+        product = torch.mm(self.table_bf16[start:stop], self.hidden_bf16.T)
         if self.bias is None:
             return product
         return product.float() + self.bias[start:stop, None]
