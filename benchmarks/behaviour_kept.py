@@ -1,10 +1,11 @@
 """Does a change keep training's results? Fixed-seed short runs before and after, in one run.
 
 Trains ``sasrec+``, ``bert4rec``, the every-prefix models (``bsarec``, ``adamct``, ``matrrec``,
-``actsr``) and the ``vstan`` baseline on ML-100K (leave-one-out, full ranking) with a fixed seed
-and a short budget (2 epochs of 8 steps, window 50), once with the package as it was at
-``--before`` (a git commit, extracted by ``reference.checkout``) and once with this working tree,
-each in a fresh interpreter, and prints every test metric of both with the largest difference.
+``actsr``), ``srt`` (its items from ML-100K's titles and genres) and the ``vstan`` baseline on
+ML-100K (leave-one-out, full ranking) with a fixed seed and a short budget (2 epochs of 8 steps,
+window 50), once with the package as it was at ``--before`` (a git commit, extracted by
+``reference.checkout``) and once with this working tree, each in a fresh interpreter, and prints
+every test metric of both with the largest difference.
 It fails (exit 1) if any differs by more than ``--tolerance``.
 
 The every-prefix models run without dropout (``NO_DROPOUT``): since issue 33 their step computes
@@ -35,7 +36,7 @@ from reference import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
-MODELS = ("sasrec+", "bert4rec", "bsarec", "adamct", "matrrec", "actsr", "vstan")
+MODELS = ("sasrec+", "bert4rec", "bsarec", "adamct", "matrrec", "actsr", "srt", "vstan")
 NO_DROPOUT = ("bsarec", "adamct", "matrrec", "actsr")
 
 SNIPPET = """
@@ -46,11 +47,13 @@ name, root, no_dropout = {name!r}, {root!r}, {no_dropout!r}
 data = {{"model": {{"name": name}}, "data": {{"dataset": "ml-100k", "root": root}}}}
 if name != "vstan":
     data["model"].update({{"hidden_size": 32, "ffn_size": 32}})
+if name == "srt":
+    data["model"].update({{"features_dataset": "ml-100k", "features_root": root}})
 if no_dropout:
     data["model"].update({{"dropout": 0.0, "attention_dropout": 0.0}})
-    data["data"]["max_len"] = 50
-    data["train"] = {{"epochs": 2, "steps_per_epoch": 8, "batch_size": 64, "seed": 0,
-                     "num_threads": 1}}
+data["data"]["max_len"] = 50
+data["train"] = {{"epochs": 2, "steps_per_epoch": 8, "batch_size": 64, "seed": 0,
+                 "num_threads": 1}}
 with tempfile.TemporaryDirectory() as folder:
     result = train(RunConfig.from_dict(data), folder + "/run", show_progress=False)
     print(json.dumps(json.load(open(str(result.run_dir) + "/metrics.json"))["test"]))

@@ -9,6 +9,7 @@ hold to 1e-10 on any CPU and differences are orders of magnitude above rounding.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
@@ -443,6 +444,33 @@ def test_srt_input_items_are_read_through_their_features_alone(tmp_path) -> None
     torch.testing.assert_close(model(with_seven), model(seq), **EXACT)
     scores = model.score_last(seq)
     torch.testing.assert_close(scores[:, 7], scores[:, 1], **EXACT)
+
+
+def test_srt_step_encodes_the_catalogue_once_with_every_length_groups_gradient(
+    tmp_path, monkeypatch
+) -> None:
+    """A step over several length groups encodes the item tower's table once
+    (``model.training_step()``) and gives every parameter the gradient of one encoding a group;
+    the tower's weights get the output table's gradient, not only the inputs'."""
+    events = with_titles(write_events(tmp_path / "events.txt", 30, 24, 9, skew=1.2), 30)
+    gradients = {}
+    for shared in (True, False):
+        loop = training_loop(events, "srt", {"num_buckets": 256, "token_size": 8})
+        loop.config = dataclasses.replace(
+            loop.config, train=dataclasses.replace(loop.config.train, length_groups=4)
+        )
+        if not shared:
+            monkeypatch.setattr(loop.model, "training_step", contextlib.nullcontext)
+        encode, encodings = loop.model.tower._encode_table, []
+        monkeypatch.setattr(
+            loop.model.tower, "_encode_table", lambda e=encode, n=encodings: n.append(1) or e()
+        )
+        one_step(loop)
+        assert len(encodings) == (1 if shared else 4)
+        gradients[shared] = {n: p.grad.clone() for n, p in loop.model.named_parameters()}
+    for name, gradient in gradients[False].items():
+        torch.testing.assert_close(gradients[True][name], gradient, **EXACT, msg=name)
+    assert gradients[True]["tower.adapter.weight"].abs().min() > 0
 
 
 def sampled_softmax_by_hand(call: dict, log_q: torch.Tensor | None) -> float:

@@ -37,6 +37,7 @@ Inputs are ``item_seq`` LongTensors (B, L), left-padded with 0, internal item id
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -211,14 +212,17 @@ class SequentialRecommender(nn.Module):
         theirs after the backbone's, which stay what the backbone alone would draw)."""
         std = self.config.init_std
         for module in (self if root is None else root).modules():
-            if isinstance(module, nn.Linear | nn.Embedding):
+            if isinstance(module, nn.Linear | nn.Embedding | nn.EmbeddingBag):
                 if self.config.init == "xavier_normal":
                     nn.init.xavier_normal_(module.weight)
                 else:
                     nn.init.normal_(module.weight, std=std)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
-            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            if (
+                isinstance(module, nn.Embedding | nn.EmbeddingBag)
+                and module.padding_idx is not None
+            ):
                 with torch.no_grad():
                     module.weight[module.padding_idx].zero_()
         if self.config.init == "xavier_attention":
@@ -254,6 +258,12 @@ class SequentialRecommender(nn.Module):
 
     def output_bias(self) -> torch.Tensor | None:
         return self.items.bias
+
+    def training_step(self) -> AbstractContextManager:
+        """The context of one training step's forward and backward passes (all its length
+        groups): a model whose item table is computed (SRT's feature tower) may compute it once
+        in it instead of once a group; the others need nothing."""
+        return nullcontext()
 
     def scoring_input(self, item_seq: torch.Tensor) -> torch.Tensor:
         """The sequence whose last position predicts the next item (identity for causal models)."""

@@ -27,6 +27,7 @@ no id mapping, and items never seen in training are scored from their features.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -104,6 +105,9 @@ class SRT(EncoderRecommender):
 
     def output_embedding(self) -> torch.Tensor:
         return self.tower.table()
+
+    def training_step(self) -> AbstractContextManager:
+        return self.tower.shared_table()
 
     def output_bias(self) -> None:
         return None

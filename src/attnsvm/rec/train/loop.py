@@ -6,9 +6,9 @@ optimiser step per global batch, then rank the validation users.
 
 One step: ``_prepare`` turns a batch into what the loss needs on the device (the model's cloze
 masking, or under ``"last"`` its ``scoring_input``; negatives, the flat index of each target, the
-length groups), then the closure sums, per length group, the main loss (``LossConfig.compute``) and
-the **auxiliary losses** as shares of the global mean, so the gradient is the same whatever the
-number of groups or processes.
+length groups), then the closure sums, per length group and within ``model.training_step()``,
+the main loss (``LossConfig.compute``) and the **auxiliary losses** as shares of the global mean,
+so the gradient is the same whatever the number of groups or processes.
 
 Auxiliary losses: weighted terms, a model's own (``auxiliary_weights()``, ``auxiliary_losses``)
 and ``loss.l2_emb`` (``½‖E‖²`` on the item table, the official SASRec's). A term of weight 0 is
@@ -214,9 +214,8 @@ class TrainingLoop:
         per_position = step.targets.ndim == 2
         columns = slice(None) if width is None else slice(-width, None)
         mask = step.mask[rows][:, columns] if per_position else step.mask[rows]
-        group = int(
-            (step.host_mask[rows][:, columns] if per_position else step.host_mask[rows]).sum()
-        )
+        host = step.host_mask[rows]
+        group = int((host[:, columns] if per_position else host).sum())
         if not group or not self.loss.scale:
             return hidden.sum() * 0.0
         hidden = hidden[mask] if per_position else hidden[:, -1]
@@ -275,20 +274,21 @@ class TrainingLoop:
         def closure() -> float:
             self.optimizer.zero_grad(set_to_none=False)
             value = torch.zeros((), dtype=torch.float64, device=device)
-            for rows, width in step.groups:
-                inputs = step.inputs[rows][:, -width:]
-                available = {
-                    k: None if v is None else (v[rows] if v.ndim == 1 else v[rows][:, -width:])
-                    for k, v in step.extras.items()
-                }
-                extras = self.model.extra_kwargs(**available)
-                with autocast(device, bf16):
-                    hidden = self.train_model(inputs, **extras)
-                    loss = self._loss_share(step, hidden, rows, width)
-                    if self.aux_weights:
-                        loss = loss + self._auxiliary_share(step, inputs, hidden, rows, extras)
-                loss.backward()
-                value += loss.detach().double()
+            with self.model.training_step():
+                for rows, width in step.groups:
+                    inputs = step.inputs[rows][:, -width:]
+                    available = {
+                        k: None if v is None else (v[rows] if v.ndim == 1 else v[rows][:, -width:])
+                        for k, v in step.extras.items()
+                    }
+                    extras = self.model.extra_kwargs(**available)
+                    with autocast(device, bf16):
+                        hidden = self.train_model(inputs, **extras)
+                        loss = self._loss_share(step, hidden, rows, width)
+                        if self.aux_weights:
+                            loss = loss + self._auxiliary_share(step, inputs, hidden, rows, extras)
+                    loss.backward()
+                    value += loss.detach().double()
             distributed.all_reduce_gradients(self.model, self.context)
             value = distributed.sum_scalar(float(value), self.context)
             if not math.isfinite(value):
