@@ -8,10 +8,10 @@ window 50), once with the package as it was at ``--before`` (a git commit, extra
 every test metric of both with the largest difference.
 It fails (exit 1) if any differs by more than ``--tolerance``.
 
-The every-prefix models run without dropout (``NO_DROPOUT``): since issue 33 their step computes
-the last layer for the last query alone (AdaMCT: each length group at its own width), so with
-dropout the same seed draws masks of other shapes (equal in distribution, not in value); without
-it, before and after are the same function and differ by float rounding only.
+The every-prefix models and SRT run without dropout (``NO_DROPOUT``): since issue 33 their step
+computes the last layer for the last query alone (AdaMCT: each length group at its own width),
+so with dropout the same seed draws masks of other shapes (equal in distribution, not in value);
+without it, before and after are the same function and differ by float rounding only.
 
     .venv/bin/python benchmarks/behaviour_kept.py --before cd21b93
 
@@ -37,7 +37,7 @@ from reference import (
 
 ROOT = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 MODELS = ("sasrec+", "bert4rec", "bsarec", "adamct", "matrrec", "actsr", "srt", "vstan")
-NO_DROPOUT = ("bsarec", "adamct", "matrrec", "actsr")
+NO_DROPOUT = ("bsarec", "adamct", "matrrec", "actsr", "srt")
 
 SNIPPET = """
 import json, sys, tempfile

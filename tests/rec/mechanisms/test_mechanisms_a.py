@@ -446,6 +446,27 @@ def test_srt_input_items_are_read_through_their_features_alone(tmp_path) -> None
     torch.testing.assert_close(scores[:, 7], scores[:, 1], **EXACT)
 
 
+def test_srt_trains_its_last_position_through_the_one_query_forward(tmp_path) -> None:
+    """Objective "last" trains through ``last_hidden`` (the last block computes one query):
+    the function, and the gradient, of ``forward(…)[:, -1]``; "causal" trains every position."""
+    events = with_titles(write_events(tmp_path / "events.txt", NUM_ITEMS, 4, 6), NUM_ITEMS)
+    model = built("srt", features_dataset=str(events), num_buckets=256, token_size=8)
+    assert model.training_forward(set()) == model.last_position
+    seq = windows()
+    weights = torch.randn(3, TINY["hidden_size"], generator=torch.Generator().manual_seed(2))
+    gradients = []
+    for last in (lambda: model.last_hidden(seq), lambda: model(seq)[:, -1]):
+        model.zero_grad()
+        (last() * weights.double()).sum().backward()
+        gradients.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    torch.testing.assert_close(model.last_hidden(seq), model(seq)[:, -1], **EXACT)
+    assert model(seq)[:, -1].abs().amax(dim=1).min() > 0.1
+    for name, gradient in gradients[1].items():
+        torch.testing.assert_close(gradients[0][name], gradient, **EXACT, msg=name)
+    causal = built("srt", features_dataset=str(events), num_buckets=256, objective="causal")
+    assert causal.training_forward(set()) is causal
+
+
 def test_srt_step_encodes_the_catalogue_once_with_every_length_groups_gradient(
     tmp_path, monkeypatch
 ) -> None:

@@ -76,6 +76,7 @@ class SRT(EncoderRecommender):
     objective = "last"
     config_class = SRTConfig
     padding_free = True
+    trains_last_hidden = True
 
     def __init__(self, num_items: int, config: SRTConfig | None = None) -> None:
         config = config or SRTConfig()
