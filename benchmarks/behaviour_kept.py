@@ -25,15 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from reference import (
-    METRICS_HEADER,
-    THIS_TREE,
-    behaviour_verdict,
-    checkout,
-    compare_test_metrics,
-    describe,
-    run_snippet,
-)
+from reference import behaviour_kept
 
 ROOT = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 MODELS = ("sasrec+", "bert4rec", "bsarec", "adamct", "matrrec", "actsr", "srt", "vstan")
@@ -74,17 +66,12 @@ def main() -> int:
     if not (ROOT / "ml-100k").is_dir():
         print(f"needs {ROOT / 'ml-100k'}", file=sys.stderr)
         return 2
+    snippets = {
+        name: SNIPPET.format(name=name, root=str(ROOT), no_dropout=name in NO_DROPOUT)
+        for name in args.models
+    }
     with tempfile.TemporaryDirectory() as folder:
-        before_src = checkout(args.before, Path(folder))
-        print(f"before: {describe(args.before)}\nafter:  this working tree\n")
-        print(METRICS_HEADER)
-        worst = 0.0
-        for name in args.models:
-            code = SNIPPET.format(name=name, root=str(ROOT), no_dropout=name in NO_DROPOUT)
-            before = run_snippet(code, before_src)
-            after = run_snippet(code, THIS_TREE)
-            worst = max(worst, compare_test_metrics(name, before, after, printed))
-    return behaviour_verdict(worst, args.tolerance)
+        return behaviour_kept(args.before, Path(folder), snippets, printed, args.tolerance)
 
 
 if __name__ == "__main__":

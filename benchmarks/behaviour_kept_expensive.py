@@ -27,15 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from reference import (
-    METRICS_HEADER,
-    THIS_TREE,
-    behaviour_verdict,
-    checkout,
-    compare_test_metrics,
-    describe,
-    run_snippet,
-)
+from reference import behaviour_kept
 from staged_common import ROOT, dataset
 
 CASES = ("adt", "mrtransformer", "bicat", "smm")
@@ -97,16 +89,11 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory() as folder:
         data = dataset("beauty", ROOT, Path(folder), users=2000)[0]
-        before_src = checkout(args.before, Path(folder))
-        print(f"before: {describe(args.before)}\nafter:  this working tree\n")
-        print(METRICS_HEADER)
-        worst = 0.0
-        for case in args.cases:
-            code = SNIPPET.format(case=case, data=data, runs=RUNS, recipes=RECIPES, budget=BUDGET)
-            before = run_snippet(code, before_src)
-            after = run_snippet(code, THIS_TREE)
-            worst = max(worst, compare_test_metrics(case, before, after, printed))
-    return behaviour_verdict(worst, args.tolerance)
+        snippets = {
+            case: SNIPPET.format(case=case, data=data, runs=RUNS, recipes=RECIPES, budget=BUDGET)
+            for case in args.cases
+        }
+        return behaviour_kept(args.before, Path(folder), snippets, printed, args.tolerance)
 
 
 if __name__ == "__main__":

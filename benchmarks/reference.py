@@ -91,3 +91,23 @@ def behaviour_verdict(worst: float, tolerance: float) -> int:
     verdict = "kept" if worst <= tolerance else "CHANGED"
     print(f"\nlargest difference over all test metrics: {worst:.2e} → behaviour {verdict}")
     return 0 if worst <= tolerance else 1
+
+
+def behaviour_kept(
+    before: str,
+    folder: Path,
+    snippets: dict[str, str],
+    shown: Callable[[str], bool],
+    tolerance: float,
+) -> int:
+    """Run each named snippet (printing a run's test metrics as JSON) with ``src/`` of commit
+    ``before`` and with this tree, each in a fresh interpreter; print the metrics side by side
+    and the verdict; the exit status of ``behaviour_verdict``."""
+    before_src = checkout(before, folder)
+    print(f"before: {describe(before)}\nafter:  this working tree\n")
+    print(METRICS_HEADER)
+    worst = 0.0
+    for label, code in snippets.items():
+        runs = run_snippet(code, before_src), run_snippet(code, THIS_TREE)
+        worst = max(worst, compare_test_metrics(label, *runs, shown))
+    return behaviour_verdict(worst, tolerance)
