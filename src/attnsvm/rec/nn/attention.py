@@ -188,10 +188,10 @@ class AttentionRecorder:
     """What ``record_attention`` yields. ``calls[i]``: every call of layer i inside the block, in
     order; ``attention`` and ``layer_inputs`` read each layer's last call.
 
-    A model that left-pads its input inside to a fixed length (AdaMCT, for its position-wise
-    squeeze-excitation) attends over more columns than it was given; its records are cut back to
-    the last ``L`` of them, the columns of the model's ``(B, L)`` input, so that every layer's
-    records describe the same window.
+    A model that puts tokens of its own before its input (MrTransformer's preference tokens)
+    attends over more columns than it was given; its records are cut back to the last ``L`` of
+    them, the columns of the model's ``(B, L)`` input, so that every layer's records describe the
+    same window.
     """
 
     def __init__(self, modules: list[MultiHeadAttention]) -> None:
