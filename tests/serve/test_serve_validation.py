@@ -96,3 +96,25 @@ def test_bad_query_parameters_name_the_parameter(server):
 
 def test_the_server_is_still_well_after_all_of_that(server):
     assert httpx.post(f"{server}/recommend", json={"user": 100}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("port", 70000),
+        ("workers", 0),
+        ("max_batch", 0),
+        ("max_wait_ms", float("nan")),
+        ("threads", 0),
+    ],
+)
+def test_serve_options_out_of_range_are_refused_by_name(field, value):
+    """The library's ranges, which the CLI's serve options take too."""
+    from attnsvm.cli.options import OPTION_RANGES
+    from attnsvm.errors import InvalidRequest
+    from attnsvm.serve.server import RANGES, ServeOptions
+
+    with pytest.raises(InvalidRequest, match=f"^{field} must lie in"):
+        ServeOptions(**{field: value}).check()
+    ServeOptions().check()
+    assert OPTION_RANGES["serve --port"] is RANGES["port"] is OPTION_RANGES["explore --port"]

@@ -23,13 +23,12 @@ import click
 from typer.core import TyperGroup
 
 from attnsvm.rec.config_base import Range, check_number
+from attnsvm.serve.server import RANGES as SERVE
 
 _LARGE = 2**31 - 1
 _COUNT = Range(1, _LARGE)
 _SEED = Range(0, 2**63 - 1)  # as train.seed: numpy's SeedSequence takes no negative seed
 _USERS = Range(1, 10**6)  # simulated users per group: each rates every item of the simulator
-_THREADS = Range(1, 4096)  # as train.num_threads
-_PORT = Range(0, 65535)  # 0: a free port the system picks
 
 #: command path and option → the range its value must lie in
 OPTION_RANGES: dict[str, Range] = {
@@ -40,12 +39,12 @@ OPTION_RANGES: dict[str, Range] = {
     "lens --layer": Range(0, _LARGE),  # and a layer of the model
     "lens --head": Range(0, _LARGE),
     "tune --trials": Range(1, 10**6),
-    "serve --port": _PORT,
-    "serve --workers": _THREADS,
-    "serve --max-batch": _COUNT,
-    "serve --batch-wait-ms": Range(0, 1000),
-    "serve --threads": _THREADS,
-    "explore --port": _PORT,
+    "serve --port": SERVE["port"],
+    "serve --workers": SERVE["workers"],
+    "serve --max-batch": SERVE["max_batch"],
+    "serve --batch-wait-ms": SERVE["max_wait_ms"],
+    "serve --threads": SERVE["threads"],
+    "explore --port": SERVE["port"],
     "theory run --seeds": Range(1, 10**4),
     "data prepare --min-per-user": Range(0, _LARGE),
     "data prepare --min-per-item": Range(0, _LARGE),

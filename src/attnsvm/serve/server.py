@@ -16,8 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnsvm.errors import InvalidRequest
+from attnsvm.rec.config_base import Range
 
 LOOPBACK = "127.0.0.1"
+#: where each numeric option may lie; the CLI's ``serve`` and ``explore`` options take the same
+#: ranges (``cli/options.py``)
+RANGES: dict[str, Range] = {
+    "port": Range(0, 65535),  # 0: a free port the system picks
+    "workers": Range(1, 4096),
+    "max_batch": Range(1, 2**31 - 1),
+    "max_wait_ms": Range(0, 1000),
+    "threads": Range(1, 4096),  # as train.num_threads
+}
 
 
 @dataclass(frozen=True)
@@ -36,16 +46,10 @@ class ServeOptions:
     title_columns: str | None = None
 
     def check(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise InvalidRequest(f"port must lie in 0..65535, got {self.port}")
-        if self.workers < 1:
-            raise InvalidRequest(f"workers must be ≥ 1, got {self.workers}")
-        if self.max_batch < 1:
-            raise InvalidRequest(f"max_batch must be ≥ 1, got {self.max_batch}")
-        if not 0 <= self.max_wait_ms <= 1000:
-            raise InvalidRequest(f"max_wait_ms must lie in 0..1000, got {self.max_wait_ms}")
-        if self.threads is not None and self.threads < 1:
-            raise InvalidRequest(f"threads must be ≥ 1, got {self.threads}")
+        for name, allowed in RANGES.items():
+            value = getattr(self, name)
+            if value is not None and value not in allowed:  # NaN lies in no range
+                raise InvalidRequest(f"{name} must lie in {allowed}, got {value}")
         if self.title_columns is not None and self.titles is None:
             raise InvalidRequest("title columns go with a titles file (--titles FILE)")
 
