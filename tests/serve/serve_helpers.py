@@ -1,8 +1,10 @@
-"""Helpers of the server tests: the tiny walks data with titles, and starting a real server."""
+"""Helpers of the server tests: the tiny walks data with titles, starting a real server, and
+headless Chromium driving the explorer."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from attnsvm.serve.server import free_port
 
@@ -52,3 +55,56 @@ def start_server(run_dir: Path, *options: str) -> tuple[subprocess.Popen, str]:
             time.sleep(0.2)
     process.kill()
     raise RuntimeError("the server did not answer /health within 120 s")
+
+
+def headless_chromium(profile: Path, *flags: str):
+    """A Selenium driver of headless Chromium with its own profile folder and ``flags`` added;
+    skips the test where Debian's ``chromium`` and ``chromium-driver`` (or Selenium) are not
+    installed (``.ci/run`` installs them)."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if browser is None or driver_path is None:
+        pytest.skip("chromium and chromium-driver are not installed (apt-get install -y chromium)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        *flags,
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    driver.set_page_load_timeout(60)
+    return driver
+
+
+def wait_for(driver, condition, seconds: float = 30):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, seconds).until(lambda d: condition(d))
+
+
+def explain_history(page, server: str, history: list[str]) -> list:
+    """Open the explorer, enter ``history``, press Explain; the 10 recommendation rows."""
+    from selenium.webdriver.common.by import By
+
+    page.get(f"{server}/")
+    wait_for(page, lambda d: "sasrec+" in d.find_element(By.ID, "run").text)
+    page.find_element(By.ID, "history").send_keys(" ".join(history))
+    page.find_element(By.ID, "explain").click()
+    return wait_for(
+        page,
+        lambda d: (
+            len(rows := d.find_elements(By.CSS_SELECTOR, "#recommendations tbody tr")) == 10
+            and rows
+        ),
+    )

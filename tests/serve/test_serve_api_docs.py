@@ -4,10 +4,10 @@ own, and Swagger UI renders the API in a headless Chromium that can reach nothin
 from __future__ import annotations
 
 import re
-import shutil
 
 import httpx
 import pytest
+from serve_helpers import headless_chromium, wait_for
 
 #: every URL a page loads: src=, href= and the schema's url in Swagger UI's and ReDoc's calls
 LOADED = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']|url:\s*["']([^"']+)["']""")
@@ -33,36 +33,15 @@ def test_the_api_docs_load_only_the_servers_own_files(server, page):
 
 
 def test_swagger_ui_renders_the_api_with_the_network_off(server, tmp_path):
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
+    # the network off: every request goes to a proxy that is not there, but loopback (the
+    # server), which Chromium never sends through a proxy
+    driver = headless_chromium(tmp_path / "profile", "--proxy-server=http://127.0.0.1:9")
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    browser, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if browser is None or driver_path is None:
-        pytest.skip("chromium and chromium-driver are not installed (apt-get install -y chromium)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--no-first-run",
-        # the network off: every request goes to a proxy that is not there, but loopback (the
-        # server), which Chromium never sends through a proxy
-        "--proxy-server=http://127.0.0.1:9",
-        f"--user-data-dir={tmp_path / 'profile'}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
     try:
-        driver.set_page_load_timeout(60)
         driver.get(f"{server}/docs")
-        routes = WebDriverWait(driver, 30).until(
-            lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")
+        routes = wait_for(
+            driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")
         )
         paths = {route.text.strip() for route in routes}
         assert {"/recommend", "/similar", "/health"} <= paths

@@ -13,48 +13,18 @@ from pathlib import Path
 
 import httpx
 import pytest
+from serve_helpers import explain_history, headless_chromium, wait_for
 
 HISTORY = ["3", "6", "9", "12", "15", "18"]
 
 
-def find_browser() -> tuple[str, str]:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if browser is None or driver is None:
-        pytest.skip("chromium and chromium-driver are not installed (apt-get install -y chromium)")
-    return browser, driver
-
-
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    browser, driver_path = find_browser()
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--no-first-run",
-        "--window-size=1400,760",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(60)
+    driver = headless_chromium(
+        tmp_path_factory.mktemp("chromium-profile"), "--window-size=1400,760"
+    )
     yield driver
     driver.quit()
-
-
-def wait_for(driver, condition, seconds: float = 30):
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, seconds).until(lambda d: condition(d))
 
 
 def test_the_explorer_shows_the_apis_recommendations_and_attention(page, server, tmp_path):
@@ -64,17 +34,7 @@ def test_the_explorer_shows_the_apis_recommendations_and_attention(page, server,
     recommended = httpx.post(f"{server}/recommend", json=body).json()["items"]
     explained = httpx.post(f"{server}/explain", json=body).json()["reading"]
 
-    page.get(f"{server}/")
-    wait_for(page, lambda d: "sasrec+" in d.find_element(By.ID, "run").text)
-    page.find_element(By.ID, "history").send_keys(" ".join(HISTORY))
-    page.find_element(By.ID, "explain").click()
-    rows = wait_for(
-        page,
-        lambda d: (
-            len(rows := d.find_elements(By.CSS_SELECTOR, "#recommendations tbody tr")) == 10
-            and rows
-        ),
-    )
+    rows = explain_history(page, server, HISTORY)
     assert [row.get_attribute("data-item") for row in rows] == [
         str(item["item"]) for item in recommended
     ]

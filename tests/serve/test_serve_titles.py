@@ -11,8 +11,8 @@ import httpx
 import numpy as np
 import polars as pl
 import pytest
-from serve_helpers import start_server
-from test_serve_explorer_browser import page, wait_for  # noqa: F401 (page: a fixture)
+from serve_helpers import explain_history, start_server
+from test_serve_explorer_browser import page  # noqa: F401 (a fixture)
 from typer.testing import CliRunner
 
 from attnsvm.cli.main import app
@@ -119,17 +119,7 @@ def test_the_explorer_shows_the_titles_and_categories(page, server):  # noqa: F8
     from selenium.webdriver.common.by import By
 
     recommended = httpx.post(f"{server}/recommend", json={"history": HISTORY, "k": 10}).json()
-    page.get(f"{server}/")
-    wait_for(page, lambda d: "sasrec+" in d.find_element(By.ID, "run").text)
-    page.find_element(By.ID, "history").send_keys(" ".join(HISTORY))
-    page.find_element(By.ID, "explain").click()
-    rows = wait_for(
-        page,
-        lambda d: (
-            len(rows := d.find_elements(By.CSS_SELECTOR, "#recommendations tbody tr")) == 10
-            and rows
-        ),
-    )
+    rows = explain_history(page, server, HISTORY)
     shown = [
         (
             row.get_attribute("data-item"),
