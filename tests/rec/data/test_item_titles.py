@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
+from cli_helpers import TINY_TRAINING
 from typer.testing import CliRunner
 
 from attnsvm.cli.main import app
@@ -25,13 +26,6 @@ from attnsvm.rec.recommender import Recommender
 
 runner = CliRunner()
 MAPPING = "item=sku,title=name,category=cat"
-TINY = [
-    "--model", "sasrec+",
-    "--set", "model.num_blocks=1", "--set", "model.num_heads=1", "--set", "model.hidden_size=8",
-    "--set", "model.ffn_size=8", "--set", "data.max_len=6", "--set", "train.epochs=1",
-    "--set", "train.steps_per_epoch=2", "--set", "train.batch_size=16", "--set", "eval.ks=[10]",
-    "--no-progress",
-]  # fmt: skip
 
 
 def catalogue(items: int = 30) -> pl.DataFrame:
@@ -151,7 +145,7 @@ def test_a_prepared_names_titles_show_from_any_folder_in_recommend_and_the_lens(
     prepare_frame(
         "shop", interactions().to_pandas(), mapping, titles=read_item_titles(catalogue(), MAPPING)
     )
-    invoke("train", "--data", "shop", *TINY, "--out", tmp_path / "run")
+    invoke("train", "--data", "shop", *TINY_TRAINING, "--out", tmp_path / "run")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     # a MovieLens file in the current folder, where a name's titles used to be looked for

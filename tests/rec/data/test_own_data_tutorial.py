@@ -7,18 +7,12 @@ import gzip
 import numpy as np
 import polars as pl
 import pytest
+from cli_helpers import TINY_TRAINING
 from typer.testing import CliRunner
 
 from attnsvm.cli.main import app
 
 runner = CliRunner()
-TINY = [
-    "--model", "sasrec+",
-    "--set", "model.num_blocks=1", "--set", "model.num_heads=1", "--set", "model.hidden_size=8",
-    "--set", "model.ffn_size=8", "--set", "data.max_len=6", "--set", "train.epochs=1",
-    "--set", "train.steps_per_epoch=2", "--set", "train.batch_size=16", "--set", "eval.ks=[10]",
-    "--no-progress",
-]  # fmt: skip
 
 
 def interaction_log(rows: int = 400) -> pl.DataFrame:
@@ -78,15 +72,17 @@ def test_the_tutorial_trains_recommends_and_explains(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNSVM_DATA", str(tmp_path / "cache"))
     invoke("data", "prepare", "--from", path, "--columns", "user=uid,item=sku,time=ts",
            "--name", "shop")  # fmt: skip
-    out = invoke("train", "--data", "shop", *TINY, "--out", tmp_path / "run")
+    out = invoke("train", "--data", "shop", *TINY_TRAINING, "--out", tmp_path / "run")
     assert "NDCG@10" in out
     out = invoke("recommend", tmp_path / "run", "--user", "u3", "-k", "3")
     assert "sku-" in out
     out = invoke("lens", tmp_path / "run", "--sequences", "4", "--out", tmp_path / "lens")
     assert out.strip().endswith("report.html")
     # the same mapping in the run config, read straight from the file: no prepare step
-    out = invoke("train", "--data", path, *TINY, "--set", "data.columns=user=uid,item=sku,time=ts",
-                 "--out", tmp_path / "direct")  # fmt: skip
+    columns = "data.columns=user=uid,item=sku,time=ts"
+    out = invoke(
+        "train", "--data", path, *TINY_TRAINING, "--set", columns, "--out", tmp_path / "direct"
+    )
     assert "NDCG@10" in out
 
 
