@@ -11,27 +11,19 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
+from tests import walks
+from tests.walks import NUM_ITEMS
 
 from attnsvm.serve.server import free_port
 
-NUM_ITEMS = 30
-
 
 def write_walks(folder: Path, num_users: int = 120, seed: int = 0) -> Path:
-    """``user i1 i2 …`` lines (a random start, then +3 per step) and a ``movies.dat`` of titles
-    beside them, where ``find_titles`` looks."""
-    rng = np.random.default_rng(seed)
-    lines = []
-    for user in range(num_users):
-        length, start = rng.integers(5, 12), rng.integers(NUM_ITEMS)
-        items = [(start + 3 * step) % NUM_ITEMS + 1 for step in range(length)]
-        lines.append(" ".join(map(str, [user + 100, *items])))
-    (folder / "walks.txt").write_text("\n".join(lines) + "\n")
+    """``tests.walks``' walks in ``folder/walks.txt``, with a ``movies.dat`` of titles beside
+    them, where ``find_titles`` looks."""
     titles = "".join(f"{i}::Film number {i} ({1970 + i})::Drama\n" for i in range(1, NUM_ITEMS + 1))
     (folder / "movies.dat").write_text(titles)
-    return folder / "walks.txt"
+    return walks.write_walks(folder / "walks.txt", num_users, seed)
 
 
 def start_server(run_dir: Path, *options: str) -> tuple[subprocess.Popen, str]:

@@ -4,24 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
+from tests.walks import NUM_ITEMS as NUM_ITEMS  # the helpers the trainer tests import here
+from tests.walks import write_walks as write_walks
 
 from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, TrainConfig
 from attnsvm.rec.models import LossConfig
-
-NUM_ITEMS = 30
-
-
-def write_walks(path: Path, num_users: int = 120, seed: int = 0) -> Path:
-    """``user i1 i2 …`` lines: a random start, then +3 (mod NUM_ITEMS) per step."""
-    rng = np.random.default_rng(seed)
-    lines = []
-    for user in range(num_users):
-        length, start = rng.integers(5, 12), rng.integers(NUM_ITEMS)
-        items = [(start + 3 * step) % NUM_ITEMS + 1 for step in range(length)]
-        lines.append(" ".join(map(str, [user + 100, *items])))
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def tiny_config(
