@@ -34,7 +34,10 @@ def test_two_processes_match_one(trained_run, walks, tmp_path, loss):
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "GLOO_SOCKET_IFNAME": "lo",
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        # the helpers beside this file, and the repository for the ``tests`` package they read
+        "PYTHONPATH": os.pathsep.join(
+            [str(HERE), str(HERE.parents[2]), os.environ.get("PYTHONPATH", "")]
+        ),
     }
     command = [
         str(torchrun),
