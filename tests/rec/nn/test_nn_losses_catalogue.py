@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
+from test_nn_losses import LargestTensor
 
 from attnsvm.rec.config import RunConfig, apply_overrides, load_config, save_config
 from attnsvm.rec.data.samplers import PopularitySampler, UniformSampler
@@ -112,21 +112,6 @@ def test_item_chunked_ce_under_bf16_autocast_stays_close_to_float64():
     torch.testing.assert_close(loss.double(), reference.detach(), atol=2e-2, rtol=2e-2)
     for got, want in zip((h.grad, e.grad, b.grad), exact, strict=True):
         assert (got.double() - want).abs().max() <= 2e-2 * want.abs().max()
-
-
-class LargestTensor(TorchDispatchMode):
-    """The largest number of elements of any tensor an op produces."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, tuple | list) else [out]:
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
 
 
 def test_item_chunked_ce_holds_one_tile_of_logits_at_most():
