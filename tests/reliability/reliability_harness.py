@@ -19,11 +19,11 @@ import contextlib
 import re
 import shutil
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 from typer.testing import CliRunner
 
 from attnsvm.cli.main import app
@@ -39,24 +39,14 @@ from attnsvm.rec.config import (
 from attnsvm.rec.train import train
 from attnsvm.rec.train.callbacks import AttentionSnapshots
 
+# run as scripts (reliability_kill.py, reliability_corpus.py) the repository is not on the path
+sys.path.append(str(Path(__file__).resolve().parents[2]))
+from tests.walks import NUM_ITEMS as NUM_ITEMS
+from tests.walks import write_walks as write_walks
+
 CASE_SECONDS = 60  # far above any case's time; only a hang reaches it
 REFUSED, ACCEPTED, USAGE = "refused", "accepted", "usage"
 FAILURES = ("traceback", "hang", "wrong")
-
-
-NUM_ITEMS = 30
-
-
-def write_walks(path: Path, num_users: int = 120, seed: int = 0) -> Path:
-    """``user i1 i2 …`` lines: a random start, then +3 (mod NUM_ITEMS) per step: learnable."""
-    rng = np.random.default_rng(seed)
-    lines = []
-    for user in range(num_users):
-        length, start = rng.integers(5, 12), rng.integers(NUM_ITEMS)
-        items = [(start + 3 * step) % NUM_ITEMS + 1 for step in range(length)]
-        lines.append(" ".join(map(str, [user + 100, *items])))
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def tiny_config(data: Path, epochs: int = 2) -> RunConfig:
