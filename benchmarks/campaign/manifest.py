@@ -419,7 +419,7 @@ def _sdat_claims() -> list[Claim]:
                 f"{study}/{baseline}",
                 "NDCG@10",
                 minutes=40,
-                priority=3,
+                priority=6,  # a follow-up study: the issue's own rows go first
             )
         )
     return claims
@@ -482,7 +482,7 @@ CLAIMS: list[Claim] = [
         "ml-100k-temporal/srt-study/srt-scratch",
         "cold HR@10",
         minutes=80,
-        priority=5,
+        priority=3,
     ),
     Claim(
         "srt-transfer-ndcg",
@@ -494,7 +494,7 @@ CLAIMS: list[Claim] = [
         "ml-100k-temporal/srt-study/srt-scratch",
         "NDCG@10",
         minutes=80,
-        priority=5,
+        priority=3,
     ),
 ]
 
@@ -570,7 +570,7 @@ CLAIMS += [
         BEAUTY_SASREC.key,
         "NDCG@10",
         minutes=85,
-        priority=6,
+        priority=3,
     ),
     Claim(
         "actsr-vs-sasrec-beauty",
@@ -584,7 +584,7 @@ CLAIMS += [
         BEAUTY_SASREC.key,
         "NDCG@10",
         minutes=90,
-        priority=7,
+        priority=3,
     ),
     *(
         Claim(
