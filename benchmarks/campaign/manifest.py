@@ -108,11 +108,9 @@ def liked(outcome: Outcome, run: Path) -> Outcome:
     return Outcome({**outcome.metrics, "liked HR@10": float(per_user[mask].mean())}, outcome.epochs)
 
 
-def srt_arm(variant: str, split: str = "temporal") -> list[Arm]:
-    """``benchmarks/srt_transfer.py``'s runs on ML-100K (``srt-tuned`` from SRT pre-trained on
-    ML-1M, ``srt-scratch``), read with the HR@10 on cold test targets beside the metrics; the
-    tuned variant brings its pre-training arm along."""
-    args = argparse.Namespace(
+def srt_study_args(space: Workspace) -> argparse.Namespace:
+    """``srt_transfer.py``'s options as the campaign runs it: window 200, every position."""
+    return argparse.Namespace(
         root=ROOT,
         max_len=200,
         lr=1e-3,
@@ -121,13 +119,19 @@ def srt_arm(variant: str, split: str = "temporal") -> list[Arm]:
         steps=None,
         threads=1,
         pretrain="ml-1m",
-        out=None,
+        out=space.root / "runs" / "srt-study",
     )
+
+
+def srt_arm(variant: str, split: str = "temporal") -> list[Arm]:
+    """``benchmarks/srt_transfer.py``'s runs on ML-100K (``srt-tuned`` from SRT pre-trained on
+    ML-1M, ``srt-scratch``), read with the HR@10 on cold test targets beside the metrics; the
+    tuned variant brings its pre-training arm along."""
     key = f"ml-100k-{split}/srt-study/{variant}"
     pre_key = "ml-1m/srt-study/srt-pre"
 
     def make(seed: int, space: Workspace) -> Outcome:
-        run_args = argparse.Namespace(**vars(args), out=space.root / "runs" / "srt-study")
+        run_args = srt_study_args(space)
         if variant == "srt-tuned":
             space.result(pre_key, seed)
         config = srt_transfer.config(variant, "ml-100k", split, seed, run_args)
@@ -142,7 +146,7 @@ def srt_arm(variant: str, split: str = "temporal") -> list[Arm]:
         return Outcome({**outcome.metrics, "cold HR@10": hit}, outcome.epochs)
 
     def make_pre(seed: int, space: Workspace) -> Outcome:
-        run_args = argparse.Namespace(**vars(args), out=space.root / "runs" / "srt-study")
+        run_args = srt_study_args(space)
         config = srt_transfer.config("srt-scratch", "ml-1m", "leave-one-out", seed, run_args)
         return read_run(train_run(config, space.folder(pre_key, seed) / "run"))
 
