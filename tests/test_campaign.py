@@ -116,10 +116,12 @@ def test_pending_cells_by_priority_then_cost_without_finished_ones(tmp_path: Pat
         _claim(id="dear", minutes=50, priority=1, seeds=(0,)),
         _claim(id="cheap", minutes=5, priority=1, seeds=(0, 1)),
         _claim(id="first", minutes=80, priority=0, seeds=(0,)),
+        _claim(id="led", minutes=1, priority=2, lead=1, seeds=(3, 4)),
     ]
     runner.run_cell(claims[1], 0, arms, tmp_path / "work", results)
     cells = runner.pending(claims, arms, results)
-    assert [c.name() for c in cells] == ["first-seed0", "cheap-seed1", "dear-seed0"]
+    names = ["first-seed0", "led-seed3", "cheap-seed1", "dear-seed0", "led-seed4"]
+    assert [c.name() for c in cells] == names
     assert cells[0].arms == ("base", "stage1", "sys")  # the dependency counts as the cell's
 
 

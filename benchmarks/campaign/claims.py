@@ -39,12 +39,15 @@ class Claim:
     direction: int = 1  # +1: the paper says the system raises the metric; −1: lowers it
     margin: float = 0.0  # relative: 0.05 reads "no worse than 5 %"
     priority: int = 1  # lower runs first
+    lead: int | None = None  # the first seed's priority, where a first reading should come early
     seeds: tuple[int, ...] = (0, 1, 2)
     paper: str = "—"  # the paper's own figure for this comparison, where one exists
 
     def __post_init__(self) -> None:
         if self.direction not in (1, -1):
             raise ValueError(f"claim {self.id}: direction must be +1 or -1")
+        if self.lead is not None and self.lead > self.priority:
+            raise ValueError(f"claim {self.id}: the first seed's lead must not trail the rest")
         if not 0 < self.minutes <= CELL_LIMIT_MINUTES:
             raise ValueError(
                 f"claim {self.id}: a cell is estimated at {self.minutes} CPU-minutes; it must fit "

@@ -641,7 +641,7 @@ CLAIMS.append(
         "NDCG@10",
         minutes=85,
         margin=0.05,
-        priority=9,
+        priority=4,  # a slice a session, after the rows that finish in one cell
         seeds=(0,),
         paper="0.3003 / 0.1726 (HR / NDCG@10)",
     )
@@ -709,7 +709,7 @@ CLAIMS.append(
         ADT_LONGER[1].key,
         "NDCG@10",
         minutes=50,
-        priority=4,
+        priority=5,  # a follow-up of adt-lambda-ml-100k, which has its 3 seeds
     )
 )
 CLAIMS += [
@@ -797,6 +797,7 @@ CLAIMS += [
         "NDCG@10",
         minutes=2 * ML1M_BUDGET_MINUTES + 15,
         priority=5,
+        lead=4,  # issue 33 asks one ML-1M row of each model first
     )
     for name in ML1M_STEPS
     if name != "sasrec+"

@@ -90,14 +90,15 @@ def arm_closure(keys: list[str], arms: dict[str, Arm]) -> tuple[str, ...]:
 
 
 def pending(claims: list[Claim], arms: dict[str, Arm], results: Path) -> list[Cell]:
-    """Cells without rows in ``results``, by priority, then cheapest first, then seed."""
+    """Cells without rows in ``results``, by priority (a claim's first seed by its lead, where it
+    has one), then cheapest first, then seed."""
     done = finished_cells(results)
     cells = [
         Cell(
             claim.id,
             seed,
             claim.minutes,
-            claim.priority,
+            claim.lead if claim.lead is not None and seed == claim.seeds[0] else claim.priority,
             arm_closure([claim.system_arm, claim.baseline_arm], arms),
         )
         for claim in claims
