@@ -90,6 +90,9 @@ class TrainConfig:
     warmup_steps: int = 0  # linear warm-up from 0 to lr, then constant
     grad_clip: float | None = 1.0  # max global gradient norm; None: no clipping
     patience: int = 10  # epochs without a better validation metric before stopping
+    # no early stop before this many optimiser steps: at 4 steps an epoch (ML-100K, batch 256)
+    # a patience of 10 epochs gives up after 40 steps, before a slow starter learns
+    min_steps: int = 0
     keep: str = "best"  # "best": best validation epoch, early stopping; "last": final epoch
     seed: int = 0
     bf16: bool = False  # bfloat16 autocast: forward passes and the full CE on bf16 operands
@@ -139,6 +142,7 @@ RANGES: dict[str, Range] = {
     "train.warmup_steps": Range(0, _LARGE),
     "train.grad_clip": Range(0, low_open=True),
     "train.patience": Range(1, 10**6),
+    "train.min_steps": Range(0, _LARGE),
     "train.seed": Range(0, 2**63 - 1),  # numpy's SeedSequence takes no negative seed
     "train.sam_rho": Range(0),
     "train.steps_per_epoch": Range(1, _LARGE),

@@ -4,6 +4,7 @@ baseline, tiny overfitting, the config round trip and bad input; the pointwise r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -334,3 +335,21 @@ def test_attnsvm_train_hands_a_pointwise_model_to_the_pointwise_runner(tmp_path)
     assert "LogLoss" in done.output and "pointwise.json" in done.output.replace("\n", "")
     saved = {p.name for p in (tmp_path / "run").iterdir()}
     assert saved == {"config.json", "model.safetensors", "pointwise.json"}
+
+
+def test_the_runner_waits_for_min_steps_before_it_stops(tmp_path, monkeypatch):
+    """A validation LogLoss that never improves stops a patience-1 run at epoch 2, unless
+    ``train.min_steps`` has not been reached."""
+    from attnsvm.rec.train import pointwise
+
+    def flat(labels, logits):
+        return {"LogLoss": 0.5, "AUC": 0.5, "F1": 0.5, "events": len(labels)}
+
+    monkeypatch.setattr(pointwise, "pointwise_metrics", flat)
+    data = write_rated(tmp_path / "u.data")
+    config = runner_config(data)
+    for min_steps, epochs in ((0, 2), (10**6, 4)):
+        train = dataclasses.replace(config.train, epochs=4, patience=1, min_steps=min_steps)
+        run = dataclasses.replace(config, train=train)
+        result = train_pointwise(run, tmp_path / f"run{min_steps}")
+        assert (result.epochs, result.best_epoch) == (epochs, 1)

@@ -23,6 +23,7 @@ from attnsvm.rec.train import (
     train,
 )
 from attnsvm.rec.train.checkpoint import RunDirectory
+from attnsvm.rec.train.loop import TrainingLoop
 from attnsvm.rec.train.runs import sampled_evaluate_run
 
 
@@ -165,6 +166,30 @@ def test_epoch_lines_mark_a_new_best_only_when_the_best_is_kept(walks, tmp_path,
     last = dataclasses.replace(config, train=dataclasses.replace(config.train, keep="last"))
     train(last, tmp_path / "last", show_progress=False)
     assert " * " not in capsys.readouterr().err  # every epoch is kept: nothing to mark
+
+
+def test_early_stopping_waits_for_min_steps(walks, tmp_path, monkeypatch):
+    """A validation score that never improves after epoch 1 stops a patience-1 run at epoch 2;
+    with ``min_steps`` it goes on until that many optimiser steps have run."""
+    run_epoch = TrainingLoop.run_epoch
+
+    def flat(self, progress):
+        record = run_epoch(self, progress)
+        record["valid"]["NDCG@10"] = 0.5
+        steps_per_epoch.append(record["step"] // record["epoch"])
+        return record
+
+    monkeypatch.setattr(TrainingLoop, "run_epoch", flat)
+    steps_per_epoch: list[int] = []
+    config = tiny_config(walks, epochs=20)
+    impatient = dataclasses.replace(config.train, patience=1)
+    result = train(
+        dataclasses.replace(config, train=impatient), tmp_path / "a", show_progress=False
+    )
+    assert (result.epochs, result.best_epoch, result.stopped_early) == (2, 1, True)
+    waiting = dataclasses.replace(impatient, min_steps=3 * steps_per_epoch[0] + 1)
+    result = train(dataclasses.replace(config, train=waiting), tmp_path / "b", show_progress=False)
+    assert (result.epochs, result.best_epoch, result.stopped_early) == (4, 1, True)
 
 
 def test_bf16_warmup_keep_last_and_labelled_sampled_metrics(walks, tmp_path):

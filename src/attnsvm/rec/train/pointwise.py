@@ -6,8 +6,9 @@ made. What differs is the judge. Each stage's events are labelled (``eval/pointw
 ``rating ≥ model.config.like_threshold``) and the model scores each (history, candidate) pair
 (``score_pairs``: the candidate appended to the last ``max_len − 1`` events of the row's
 history, with their ratings). After every epoch the validation LogLoss is measured; the weights
-of the best epoch are kept, training stops after ``train.patience`` epochs without a better one,
-and those weights are scored on the test events.
+of the best epoch are kept, training stops after ``train.patience`` epochs without a better one
+(once ``train.min_steps`` optimiser steps have run), and those weights are scored on the test
+events.
 
 A model is pointwise if it has ``score_pairs`` and a ``like_threshold`` (``nstransformer``).
 Without a configured ``loss``, the main next-item loss is off (``loss.scale = 0``): the model's
@@ -172,7 +173,7 @@ def train_pointwise(
             best_state = copy.deepcopy(loop.model.state_dict())
         else:
             bad_epochs += 1
-            if bad_epochs >= train.patience:
+            if bad_epochs >= train.patience and loop.step >= train.min_steps:
                 break
     loop.model.load_state_dict(best_state)
     result = PointwiseResult(

@@ -2,12 +2,13 @@
 
 Per epoch the loop (``loop.py``) trains on the objective's examples and ranks the full catalogue
 for the validation users; the weights with the best ``eval.valid_metric`` (NDCG@10 by default)
-are kept. Training stops after ``train.epochs`` or ``train.patience`` epochs without improvement,
-the best weights are evaluated on the test users and the run directory is published
-(``checkpoint.py`` has the layout). ``train.keep = "last"`` instead trains the full budget and
-keeps the final weights (a fixed budget, or data whose validation target is not like the test
-target, such as the planted demo data). ``train.init_from`` starts from another run's weights
-(``warm_start.py``); a non-neural baseline is fitted instead (``baselines.py``).
+are kept. Training stops after ``train.epochs`` or ``train.patience`` epochs without improvement
+(not before ``train.min_steps`` optimiser steps), the best weights are evaluated on the test
+users and the run directory is published (``checkpoint.py`` has the layout).
+``train.keep = "last"`` instead trains the full budget and keeps the final weights (a fixed
+budget, or data whose validation target is not like the test target, such as the planted demo
+data). ``train.init_from`` starts from another run's weights (``warm_start.py``); a non-neural
+baseline is fitted instead (``baselines.py``).
 
 Under ``torchrun`` every process draws the whole global batch and keeps its shard
 (``distributed.py``); dropout masks then differ from a single process, nothing else.
@@ -204,7 +205,8 @@ def _train(config, run_dir, callbacks, resume, show_progress, context) -> RunRes
                 for callback in callbacks:
                     callback.on_epoch_end(state)
             distributed.barrier(context)
-            if not keep_last and loop.bad_epochs >= config.train.patience:
+            patient = loop.bad_epochs < config.train.patience or loop.step < config.train.min_steps
+            if not keep_last and not patient:
                 stopped_early = True
                 break
     if writer is not None:
