@@ -238,6 +238,7 @@ def test_a_sliced_arm_resumes_and_adds_up_its_cpu(tmp_path: Path) -> None:
 def test_staged_arms_resolve_to_their_stated_protocols(tmp_path: Path) -> None:
     """BiCAT's and MrTransformer's campaign arms: the recipes with their cut epochs, and the
     baselines as the fine-tuning stage from fresh weights, without the staged mechanism."""
+    from attnsvm.rec.eval.sampled import sampled_label
     from attnsvm.rec.train.recipe import resolve_recipe
     from campaign import manifest
 
@@ -260,6 +261,9 @@ def test_staged_arms_resolve_to_their_stated_protocols(tmp_path: Path) -> None:
     assert backbone.train.init_from is None and backbone.data.synthetic_prefix is None
     assert backbone.model.overrides["kl_weight"] == 0 and backbone.data.synthetic_items == 0
     assert backbone.eval.sampled_negatives == finetune["settings"]["eval"]["sampled_negatives"]
+    # the sampled claims read the metric under the name the evaluation gives it
+    label = sampled_label(backbone.eval.sampled_negatives, backbone.eval.sampled_sampler)
+    assert f"NDCG@10 ({label})" == manifest.BICAT_SAMPLED_METRIC
     assert backbone.loss == type(backbone.loss).from_dict(finetune["settings"]["loss"])
 
     plan = resolve_recipe(
