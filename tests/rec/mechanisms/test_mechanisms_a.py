@@ -666,6 +666,35 @@ def test_bert4rec_bidirectional_every_position_reads_every_item() -> None:
     assert torch.equal(reads, torch.ones(LENGTH, LENGTH, dtype=torch.bool))
 
 
+def test_bert4rec_trains_on_the_cloze_task_the_encoder_reads_the_mask_where_it_predicts(
+    tmp_path, monkeypatch
+) -> None:
+    """BERT4Rec's step through the trainer: the encoder's input holds the mask token exactly
+    where the loss has a target, those targets are the items the mask hides, and every other
+    item is read as it is (a trainer that drew the mask but fed the clean rows would train the
+    model to copy its input)."""
+    data = write_events(tmp_path / "events.txt", 30, 12, 8)
+    calls = captured_losses(monkeypatch)
+    loop = training_loop(data, "bert4rec")
+    model = loop.model
+    originals, read = [], []
+    mask_items = model.mask_items
+
+    def spy(item_seq, generator=None):
+        originals.append(item_seq.clone())
+        return mask_items(item_seq, generator=generator)
+
+    monkeypatch.setattr(model, "mask_items", spy)
+    hook = model.register_forward_pre_hook(lambda module, args: read.append(args[0].clone()))
+    one_step(loop)
+    hook.remove()
+    (original,), (encoded,), (call,) = originals, read, calls
+    masked = encoded == model.mask_token
+    assert 0 < int(masked.sum()) < int((original != 0).sum())
+    assert torch.equal(encoded[~masked], original[~masked])
+    assert torch.equal(call["positives"], original[masked])
+
+
 def gbce_by_hand(call: dict, t: float, num_items: int) -> float:
     """``1/(k+1) · [β · softplus(−s⁺) + Σ_j softplus(s⁻_j)]`` (hits left out), mean over targets,
     ``β = α (t (1 − 1/α) + 1/α)``, ``α = k / (|I| − 1)``."""
