@@ -1,7 +1,7 @@
 """ETRec against SASRec(+): cost as the window grows, and accuracy on ML-1M and S3-Beauty.
 
 **scaling**: time and peak memory of one training step (forward, full-softmax CE over ML-1M's
-3,416 items at every position, backward, AdamW) at windows of 200, 500, 1,000 and 2,000 items,
+3,416 items at every position, backward, AdamW) at windows of 50, 200, 500, 1,000 and 2,000 items,
 SASRec against ETRec (both d = 64, 2 blocks, 1 head, dropout 0.1; ETRec's defaults: local
 window 16, blocks of 8, shared FFN), ETRec with blocks of ⌈√window⌉ items and ETRec without its
 block branch. Inputs are random full
@@ -9,9 +9,10 @@ windows (a step's cost depends on the shapes, not the values). Each (model, wind
 fresh process: the step's median time over ``--repeats`` after two warm-up steps, and its peak
 memory above what the process held before the first step (peak RSS on CPU, peak allocated on
 CUDA). The table ends with each model's growth exponent between successive windows
-(``log(cost ratio) / log(window ratio)``: 2 is quadratic, 1 linear).
+(``log(cost ratio) / log(window ratio)``: 2 is quadratic, 1 linear); each row also reads as a
+ratio to SASRec's step at the same window.
 
-    python benchmarks/etrec.py scaling --windows 200 500 1000 2000 --batch-size 32 --threads 2
+    python benchmarks/etrec.py scaling --windows 50 200 500 1000 2000 --batch-size 32 --threads 2
 
 **accuracy**: the zoo's protocol and SASRec+ setting (``zoo.py``: leave-one-out, full ranking,
 seen items excluded, CE, d = 64, batch 128, windows 200 on ML-1M and 50 on Beauty) for SASRec+
@@ -90,6 +91,27 @@ def step_cost(name: str, window: int, batch_size: int, repeats: int, device: str
     return {"seconds": statistics.median(times), "peak_bytes": peak}
 
 
+def scaling_table(rows: dict[str, list[dict]], peer: str = "sasrec") -> str:
+    """Each model's step time and peak memory per window, and their ratios to ``peer``'s at the
+    same window (measured in the same run)."""
+    reference = {cost["window"]: cost for cost in rows.get(peer, [])}
+    lines = [
+        f"| model | window | ms / step | × {peer}'s time | peak MiB | × {peer}'s memory |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, costs in rows.items():
+        for cost in costs:
+            base = reference.get(cost["window"])
+            time_ratio = f"{cost['seconds'] / base['seconds']:.2f}×" if base else "—"
+            memory = max(cost["peak_bytes"], 1)
+            memory_ratio = f"{memory / max(base['peak_bytes'], 1):.2f}×" if base else "—"
+            lines.append(
+                f"| {name} | {cost['window']:,} | {1000 * cost['seconds']:.0f} | {time_ratio} "
+                f"| {cost['peak_bytes'] / 2**20:.0f} | {memory_ratio} |"
+            )
+    return "\n".join(lines)
+
+
 def scaling(args: argparse.Namespace) -> None:
     rows: dict[str, list[dict]] = {name: [] for name in args.models}
     for window in args.windows:
@@ -107,14 +129,7 @@ def scaling(args: argparse.Namespace) -> None:
                 flush=True,
             )
     print(f"\nbatch {args.batch_size}, {args.device}, {args.threads} thread(s)\n")
-    print("| model | window | ms / step | peak MiB |")
-    print("|---|---|---|---|")
-    for name, costs in rows.items():
-        for cost in costs:
-            print(
-                f"| {name} | {cost['window']:,} | {1000 * cost['seconds']:.0f} "
-                f"| {cost['peak_bytes'] / 2**20:.0f} |"
-            )
+    print(scaling_table(rows))
     print("\n| model | windows | time growth exponent | memory growth exponent |")
     print("|---|---|---|---|")
     for name, costs in rows.items():
@@ -149,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     scale = commands.add_parser("scaling", help="step time and memory against the window")
-    scale.add_argument("--windows", type=int, nargs="+", default=[200, 500, 1000, 2000])
+    scale.add_argument("--windows", type=int, nargs="+", default=[50, 200, 500, 1000, 2000])
     scale.add_argument("--models", nargs="+", default=list(SCALING_MODELS))
     scale.add_argument("--batch-size", type=int, default=32)
     scale.add_argument("--repeats", type=int, default=5)
