@@ -22,7 +22,11 @@ correction) and the from-scratch fine-tuning size (d = 64, 2 layers, 2 heads, dr
 window ``--max-len``), Adam at ``--lr``, batch 128, patience 10. ``--objective causal`` (the
 default) trains every position of one window per user; ``last`` trains every prefix's last
 position, the paper's, at about 30 times the cost (ML-1M: ~990,000 prefixes an epoch instead of
-6,040 windows; about 32 min against 1 min an epoch on one CPU thread).
+6,040 windows; about 32 min against 1 min an epoch on one CPU thread). ``--negatives shared``
+draws the 300 negatives once a step for every position (the official code's
+``nce_global_negatives`` switch) instead of once per position: with every position of 128
+windows of 200 trained, per-position negatives gather 7.7 M item vectors a step (≈ 10 s on
+ML-1M, one thread), shared ones 300 (≈ 0.55 s).
 
     python benchmarks/srt_transfer.py --seeds 0 1 2
     python benchmarks/srt_transfer.py --table
@@ -40,6 +44,7 @@ import numpy as np
 import study  # a sibling script: resumable runs and paired tables
 from attnsvm.rec.config import DataConfig, EvalConfig, ModelChoice, RunConfig, TrainConfig
 from attnsvm.rec.models import LossConfig, resolve
+from attnsvm.rec.nn.losses import NEGATIVE_SOURCES
 
 SPLITS = ("leave-one-out", "temporal")
 FINE_TUNED = ("srt-tuned", "srt-scratch", "sasrec+", "pop")
@@ -65,7 +70,7 @@ def config(variant: str, dataset: str, split: str, seed: int, args) -> RunConfig
     else:
         features = {"features_dataset": dataset, "features_root": str(args.root)}
         model = ModelChoice("srt", {**features, "objective": args.objective})
-        loss = resolve("srt")[2]
+        loss = replace(resolve("srt")[2], negatives=args.negatives)
     if variant == "srt-tuned":
         source = study.run_path(args.out, args.pretrain, "srt-pre", seed)
         train = replace(train, init_from=str(source))
@@ -131,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="cap on batches per epoch")
     parser.add_argument("--objective", choices=["last", "causal"], default="causal")
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument(
+        "--negatives",
+        choices=NEGATIVE_SOURCES,
+        default="per_position",
+        help="the preset's 300 negatives per position, or one set shared by the step",
+    )
     parser.add_argument("--max-len", type=int, default=50)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--root", type=Path, default=study.ROOT)
