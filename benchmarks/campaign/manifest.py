@@ -109,8 +109,8 @@ def liked(outcome: Outcome, run: Path) -> Outcome:
 
 
 # every position of 128 windows of 200 trained: 300 negatives drawn per position gather 7.7 M
-# item vectors a step (≈ 10 s on ML-1M, one thread: hours a pre-training), one set shared by the
-# step (the official code's nce_global_negatives switch) 300 (≈ 0.55 s)
+# item vectors a step (3.2-3.6 s on ML-1M, one thread, quiet: 1.5-2.5 h a pre-training), one
+# set shared by the step (the official code's nce_global_negatives switch) 300 (0.57-0.67 s)
 SRT_STUDY = "srt-study-shared"
 
 
@@ -489,7 +489,7 @@ CLAIMS: list[Claim] = [
         "ml-100k",
         "temporal 80/10/10 split of ML-100K (149 cold test targets), full ranking; SRT preset "
         "(sampled softmax, 300 popularity negatives, log-q) with the negatives shared by the "
-        "step (the official nce_global_negatives; per position they cost 18× a step here), "
+        "step (the official nce_global_negatives; per position they cost 5× a step here), "
         "all-position objective (the paper's every-prefix one costs 30×), window 200, ≤ 200 "
         "epochs patience 10; pre-training on ML-1M leave-one-out",
         f"ml-100k-temporal/{SRT_STUDY}/srt-tuned",
