@@ -125,6 +125,23 @@ def test_pending_cells_by_priority_then_cost_without_finished_ones(tmp_path: Pat
     assert cells[0].arms == ("base", "stage1", "sys")  # the dependency counts as the cell's
 
 
+def test_a_cells_estimate_shrinks_with_the_arms_already_made(tmp_path: Path) -> None:
+    """Read against the work folder, a cell whose arms another claim made is estimated at the
+    minute its rows take, one with a share of them made at that share of its claim's."""
+    arms, results, work = _arms([]), tmp_path / "campaign.csv", tmp_path / "work"
+    claims = [
+        _claim(id="made", minutes=60, seeds=(0, 1)),
+        _claim(id="half", minutes=60, baseline_arm="stage1", seeds=(0,)),
+    ]
+    runner.run_cell(_claim(id="first"), 0, arms, work, results)  # base, stage1, sys for seed 0
+    minutes = {c.name(): c.minutes for c in runner.pending(claims, arms, results, work)}
+    assert minutes == {"made-seed0": 1.0, "half-seed0": 1.0, "made-seed1": 60}
+    (work / "arms" / "sys" / "seed0.json").unlink()
+    minutes = {c.name(): c.minutes for c in runner.pending(claims, arms, results, work)}
+    assert minutes == {"made-seed0": 20.0, "half-seed0": 30.0, "made-seed1": 60}
+    assert [c.minutes for c in runner.pending(claims, arms, results)] == [60, 60, 60]
+
+
 def test_report_table_and_forest_plot(tmp_path: Path) -> None:
     arms, results = _arms([]), tmp_path / "campaign.csv"
     claim = _claim(paper="+5 %")

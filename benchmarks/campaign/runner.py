@@ -89,22 +89,29 @@ def arm_closure(keys: list[str], arms: dict[str, Arm]) -> tuple[str, ...]:
     return tuple(sorted(seen))
 
 
-def pending(claims: list[Claim], arms: dict[str, Arm], results: Path) -> list[Cell]:
+def pending(
+    claims: list[Claim], arms: dict[str, Arm], results: Path, work: Path | None = None
+) -> list[Cell]:
     """Cells without rows in ``results``, by priority (a claim's first seed by its lead, where it
-    has one), then cheapest first, then seed."""
+    has one), then cheapest first, then seed. With the ``work`` folder, a cell's estimate is
+    the claim's times the share of its arms not yet made there (at least a minute: its rows, or
+    the claim's own estimate where that is less)."""
     done = finished_cells(results)
-    cells = [
-        Cell(
-            claim.id,
-            seed,
-            claim.minutes,
-            claim.lead if claim.lead is not None and seed == claim.seeds[0] else claim.priority,
-            arm_closure([claim.system_arm, claim.baseline_arm], arms),
-        )
-        for claim in claims
-        for seed in claim.seeds
-        if (claim.id, seed) not in done
-    ]
+    space = Workspace(work, arms) if work is not None else None
+    cells = []
+    for claim in claims:
+        closure = arm_closure([claim.system_arm, claim.baseline_arm], arms)
+        for seed in claim.seeds:
+            if (claim.id, seed) in done:
+                continue
+            minutes = claim.minutes
+            if space is not None:
+                left = sum(not space.done(key, seed) for key in closure)
+                floor = min(1.0, claim.minutes)  # reading the cached arms, writing the rows
+                minutes = max(floor, round(claim.minutes * left / len(closure), 1))
+            lead = claim.lead is not None and seed == claim.seeds[0]
+            priority = claim.lead if lead else claim.priority
+            cells.append(Cell(claim.id, seed, minutes, priority, closure))
     return sorted(cells, key=lambda c: (c.priority, c.minutes, c.seed, c.claim))
 
 
@@ -222,7 +229,7 @@ def schedule(
                 busy = {arm for cell in running.values() for arm in cell.arms}
                 candidates = [
                     cell
-                    for cell in list_pending(results, only, manifest)
+                    for cell in list_pending(results, only, manifest, work)
                     if cell.name() not in failed
                     and cell.name() not in {c.name() for c in running.values()}
                 ]
@@ -252,9 +259,13 @@ def _command(manifest: str, *words: str) -> list[str]:
     return [sys.executable, str(CAMPAIGN), *words, "--manifest", manifest]
 
 
-def list_pending(results: Path, only: list[str] | None, manifest: str = MANIFEST) -> list[Cell]:
-    """The pending cells as a fresh process reads the manifest now."""
+def list_pending(
+    results: Path, only: list[str] | None, manifest: str = MANIFEST, work: Path | None = None
+) -> list[Cell]:
+    """The pending cells as a fresh process reads the manifest (and the work folder) now."""
     command = _command(manifest, "pending", "--json", "--results", str(results))
+    if work is not None:
+        command += ["--work", str(work)]
     for claim in only or []:
         command += ["--only", claim]
     listing = subprocess.run(command, capture_output=True, text=True, env=_env())
