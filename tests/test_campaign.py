@@ -142,15 +142,23 @@ def test_a_cells_estimate_shrinks_with_the_arms_already_made(tmp_path: Path) -> 
     assert [c.minutes for c in runner.pending(claims, arms, results)] == [60, 60, 60]
 
 
+def test_claims_out_of_reach_are_not_scheduled_unless_named() -> None:
+    claims = [_claim(id="near"), _claim(id="far", out_of_reach="≈ 131 CPU-hours")]
+    assert [c.id for c in runner.schedulable(claims, named=False)] == ["near"]
+    assert [c.id for c in runner.schedulable(claims, named=True)] == ["near", "far"]
+
+
 def test_report_table_and_forest_plot(tmp_path: Path) -> None:
     arms, results = _arms([]), tmp_path / "campaign.csv"
     claim = _claim(paper="+5 %")
     for seed in (0, 1, 2):
         runner.run_cell(claim, seed, arms, tmp_path / "work", results)
     rows = runner.read_rows(results)
-    text = report.table([claim, _claim(id="queued")], rows)
+    beyond = _claim(id="beyond", out_of_reach="≈ 131 CPU-hours.")
+    text = report.table([claim, _claim(id="queued"), beyond], rows)
     assert "**supported**" in text and "3/3" in text and "+5 %" in text
-    assert "Queued, no seed finished yet: `queued`" in text
+    assert "Queued, no seed finished yet: `queued`." in text
+    assert "Out of reach on this machine" in text and "- `beyond` (tiny): c. ≈ 131" in text
     target = tmp_path / "RESULTS.md"
     target.write_text(f"before\n{report.START}\nold\n{report.END}\nafter\n")
     report.publish([claim], rows, targets=(target,), figure=tmp_path / "campaign.svg")

@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.claim} seed {args.seed}: {len(rows)} row(s) written to {args.results}")
         return 0
     if args.command == "pending":
-        cells = runner.pending(claims, manifest.ARMS, args.results, args.work)
+        chosen = runner.schedulable(claims, named=bool(args.only))
+        cells = runner.pending(chosen, manifest.ARMS, args.results, args.work)
         if args.json:
             print(json.dumps([asdict(c) for c in cells]))
         else:

@@ -42,6 +42,8 @@ class Claim:
     lead: int | None = None  # the first seed's priority, where a first reading should come early
     seeds: tuple[int, ...] = (0, 1, 2)
     paper: str = "—"  # the paper's own figure for this comparison, where one exists
+    # why no cell of it runs here, with the measured cost: not scheduled unless named by --only
+    out_of_reach: str = ""
 
     def __post_init__(self) -> None:
         if self.direction not in (1, -1):

@@ -65,9 +65,13 @@ def table(claims: list[Claim], rows: list[dict[str, str]]) -> str:
     measured = {claim.id for claim, _ in comparisons(claims, rows)}
     lines += ["", "Protocols (a reduction from the paper's own protocol is stated in each):", ""]
     lines += [f"- `{c.id}`: {c.claim}. {c.protocol}." for c in claims if c.id in measured]
-    waiting = [c.id for c in claims if c.id not in measured]
+    waiting = [c.id for c in claims if c.id not in measured and not c.out_of_reach]
     if waiting:
         lines += ["", f"Queued, no seed finished yet: {', '.join(f'`{w}`' for w in waiting)}."]
+    beyond = [c for c in claims if c.out_of_reach and c.id not in measured]
+    if beyond:
+        lines += ["", "Out of reach on this machine (measured, not scheduled):", ""]
+        lines += [f"- `{c.id}` ({c.system}): {c.claim}. {c.out_of_reach}" for c in beyond]
     lines += [
         "",
         f"Verdict: **supported** when the 95 % t-interval of the per-seed relative difference "

@@ -89,6 +89,12 @@ def arm_closure(keys: list[str], arms: dict[str, Arm]) -> tuple[str, ...]:
     return tuple(sorted(seen))
 
 
+def schedulable(claims: list[Claim], named: bool) -> list[Claim]:
+    """The claims whose cells the scheduler runs: every one when they were named (``--only``),
+    else those not marked out of reach."""
+    return claims if named else [claim for claim in claims if not claim.out_of_reach]
+
+
 def pending(
     claims: list[Claim], arms: dict[str, Arm], results: Path, work: Path | None = None
 ) -> list[Cell]:
