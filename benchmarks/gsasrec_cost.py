@@ -4,12 +4,14 @@ gSASRec-pytorch's ML-1M config (``train_published.py``'s ``gsasrec``: d = 128, 2
 negatives at every position, gBCE t = 0.75, batch 128, 256 steps an epoch, validation on 512
 users, early stopping with a patience of 200 epochs) against SASRec+'s zoo setting on ML-1M
 (CE over the catalogue, d = 64, batch 128, 48 steps an epoch), both one thread, in one process:
-each step is one full trainer step (``TrainingLoop.train_step``) of epoch 1's batches, the two
+each step is one full trainer step (``TrainingLoop.train_step``) of epoch 1's batches, the
 runs' steps taken in turns, the median of ``--steps`` after two warm-ups. One validation pass of
-each (its ``eval`` settings) is timed once. The table gives each run's step, epoch (steps an
-epoch × step + validation) and ratio to SASRec+'s, and for gSASRec what a run costs: at least
-201 epochs (patience 200 after the best one), and, as the official run went (its published
-checkpoint's name records step 86,064: 1,793 epochs of 48 steps), about 2,000 epochs.
+each (its ``eval`` settings) is timed once. gSASRec runs twice: as the library trains it (on
+ML-1M's small table its per-position negatives are read off all items' logits) and with them
+gathered row by row from the table, the path before that. The table gives each run's step,
+epoch (steps an epoch × step + validation) and ratio to SASRec+'s, and for gSASRec what a run
+costs: at least 201 epochs (patience 200 after the best one), and, as the official run went
+(its published checkpoint's name records step 86,064: 1,793 epochs of 48 steps), about 2,000.
 
     .venv/bin/python benchmarks/gsasrec_cost.py --steps 5
 """
@@ -17,6 +19,7 @@ checkpoint's name records step 86,064: 1,793 epochs of 48 steps), about 2,000 ep
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import sys
@@ -28,6 +31,7 @@ import torch
 import conditions
 import train_published  # a sibling script: the published runs' configs
 import zoo
+from attnsvm.rec.nn import losses
 from attnsvm.rec.train import distributed
 from attnsvm.rec.train.loop import TrainingLoop
 from attnsvm.rec.train.scoring import build, evaluate_model, load_split
@@ -36,6 +40,21 @@ from epoch_cases import first_batches
 #: gSASRec-pytorch's published ML-1M checkpoint (t = 0.75, 256 negatives) was saved at this step
 #: (pre_trained/gsasrec-ml1m-step:86064-t:0.75-negs:256-emb:128-dropout:0.5-metric:0.197….pt)
 OFFICIAL_BEST_STEP = 86_064
+
+
+#: gSASRec again with its per-position negatives gathered row by row from the table (the path
+#: before all items' logits were read off one product: ``losses.DENSE_ROWS_PER_NEGATIVE``)
+GATHERED = "gsasrec (negatives gathered)"
+
+
+@contextlib.contextmanager
+def negatives_path(name: str):
+    dense = losses.DENSE_ROWS_PER_NEGATIVE
+    losses.DENSE_ROWS_PER_NEGATIVE = 0 if name == GATHERED else dense
+    try:
+        yield
+    finally:
+        losses.DENSE_ROWS_PER_NEGATIVE = dense
 
 
 def loops() -> dict[str, TrainingLoop]:
@@ -48,6 +67,7 @@ def loops() -> dict[str, TrainingLoop]:
     configs = {
         "sasrec+": zoo.run_config("ml-1m", "sasrec+", "paper", 0, zoo.ROOT),
         "gsasrec": gsasrec,
+        GATHERED: gsasrec,
     }
     built = {}
     for name, config in configs.items():
@@ -77,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, loop in runs.items():
             batches, generator = plans[name]
             start = time.perf_counter()
-            loop.train_step(batches[number], generator)
+            with negatives_path(name):
+                loop.train_step(batches[number], generator)
             if number >= 2:
                 times[name].append(time.perf_counter() - start)
     rows = {}

@@ -654,13 +654,14 @@ CLAIMS.append(
         priority=9,
         seeds=(0,),
         paper="0.3003 / 0.1726 (HR / NDCG@10)",
-        out_of_reach="Its config costs 4.9 s a step on one thread (256 uniform negatives at "
-        "every position of 128 windows of 200, d = 128), 237 s an epoch of 48 steps, 7.9× "
-        "SASRec+'s epoch (benchmarks/gsasrec_cost.py, quiet, 2026-12-07): at least 201 epochs "
-        "(patience 200), ≥ 13 CPU-hours, and as the official run went (its published "
-        "checkpoint saved at step 86,064, epoch 1,793, then 200 epochs of patience) ≈ 131 "
-        "CPU-hours, 90 cells. Its sliced arm stays in the manifest (`--only gsasrec-published` "
-        "runs a slice); RESULTS.md's published-numbers section has the 27-epoch partial run.",
+        out_of_reach="Its config costs 1.65 s a step on one thread (256 uniform negatives at "
+        "every position of 128 windows of 200, d = 128, read off all items' logits), 80 s an "
+        "epoch of 48 steps, 2.3× SASRec+'s epoch (benchmarks/gsasrec_cost.py, quiet, "
+        "2026-12-07): at least 201 epochs (patience 200), ≥ 4.5 CPU-hours, and as the "
+        "official run went (its published checkpoint saved at step 86,064, epoch 1,793, then "
+        "200 epochs of patience) ≈ 44 CPU-hours, 30 cells. Its sliced arm stays in the "
+        "manifest (`--only gsasrec-published` runs a slice); RESULTS.md's published-numbers "
+        "section has the 27-epoch partial run.",
     )
 )
 

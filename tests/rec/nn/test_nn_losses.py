@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from attnsvm.rec.nn import losses
 from attnsvm.rec.nn.losses import (
     bce_loss,
     full_ce_loss,
@@ -47,6 +48,18 @@ def assert_same(loss, expected, *tensors) -> None:
         torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
 
 
+#: how per-position negatives reach their logits: gathered rows of the table, or picked from
+#: every item's logit (chunks of 2 rows here, so the chunking is exercised)
+PATHS = {"gather": {"DENSE_ROWS_PER_NEGATIVE": 0}, "dense": {"DENSE_CHUNK_SCORES": 2 * (ITEMS + 1)}}
+
+
+@pytest.fixture(params=sorted(PATHS))
+def negatives_path(request, monkeypatch) -> str:
+    for name, value in PATHS[request.param].items():
+        monkeypatch.setattr(losses, name, value)
+    return request.param
+
+
 def naive_binary(hidden, positives, embedding, bias, negatives, beta: float) -> torch.Tensor:
     """Loop form of −1/(k+1) [β log σ(s⁺) + Σ_j log(1 − σ(s⁻_j))], accidental hits skipped."""
     total = 0.0
@@ -61,7 +74,7 @@ def naive_binary(hidden, positives, embedding, bias, negatives, beta: float) -> 
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_bce_matches_loop(with_bias: bool) -> None:
+def test_bce_matches_loop(with_bias: bool, negatives_path: str) -> None:
     hidden, positives, embedding, bias, negatives = problem(1, with_bias)
     negatives[0, 0] = positives[0]  # an accidental hit
     loss = bce_loss(hidden, positives, embedding, negatives, bias)
@@ -92,7 +105,7 @@ def test_gbce_beta_formula() -> None:
 
 
 @pytest.mark.parametrize("t", [0.0, 0.75, 1.0])
-def test_gbce_matches_direct_formula(t: float) -> None:
+def test_gbce_matches_direct_formula(t: float, negatives_path: str) -> None:
     hidden, positives, embedding, bias, negatives = problem(3, bias=True)
     loss = gbce_loss(hidden, positives, embedding, negatives, t, bias)
     beta = gbce_beta(K, ITEMS, t)
@@ -129,7 +142,7 @@ def naive_sampled_softmax(hidden, positives, embedding, bias, negatives, log_q) 
 
 
 @pytest.mark.parametrize("with_log_q", [False, True])
-def test_sampled_softmax_matches_loop(with_log_q: bool) -> None:
+def test_sampled_softmax_matches_loop(with_log_q: bool, negatives_path: str) -> None:
     hidden, positives, embedding, bias, negatives = problem(5, bias=True)
     negatives[2, 1] = positives[2]
     log_q = None
@@ -139,6 +152,23 @@ def test_sampled_softmax_matches_loop(with_log_q: bool) -> None:
     loss = sampled_softmax_loss(hidden, positives, embedding, negatives, bias, log_q)
     expected = naive_sampled_softmax(hidden, positives, embedding, bias, negatives, log_q)
     assert_same(loss, expected, hidden, embedding, bias)
+
+
+def test_per_position_negatives_take_the_dense_path_where_the_table_is_small(monkeypatch):
+    """The rule: all items' logits where the table has ≤ 32 rows per negative, the gathered rows
+    elsewhere (and always for one negative a position); both give the loop's loss."""
+    taken = []
+    picked = losses._picked_from_all_items
+    monkeypatch.setattr(
+        losses, "_picked_from_all_items", lambda *args: taken.append(1) or picked(*args)
+    )
+    hidden, positives, embedding, bias, negatives = problem(7, bias=True)
+    for k, dense in ((1, False), (2, True), (K, True)):  # 41 rows: dense from 2 negatives on
+        taken.clear()
+        loss = bce_loss(hidden, positives, embedding, negatives[:, :k], bias)
+        expected = naive_binary(hidden, positives, embedding, bias, negatives[:, :k], beta=1.0)
+        assert_same(loss, expected, hidden, embedding, bias)
+        assert bool(taken) == dense
 
 
 def test_uniform_log_q_changes_nothing() -> None:

@@ -14,6 +14,7 @@ from test_nn_losses import LargestTensor
 from attnsvm.rec.config import RunConfig, apply_overrides, load_config, save_config
 from attnsvm.rec.data.samplers import PopularitySampler, UniformSampler
 from attnsvm.rec.models import LossConfig
+from attnsvm.rec.nn import losses
 from attnsvm.rec.nn.losses import full_ce_loss, sampled_softmax_loss
 
 TIGHT = {"atol": 1e-10, "rtol": 1e-10}
@@ -164,9 +165,11 @@ def test_shared_negatives_sampled_softmax_equals_the_loop(rows, items, k, bias, 
     assert_same_loss_and_gradients(loss, expected, (hidden, embedding, out_bias))
 
 
-def test_the_shared_loss_is_one_product_with_the_negatives():
+def test_the_shared_loss_is_one_product_with_the_negatives(monkeypatch):
     """Shared negatives: the logits come from (positions × d) @ (d × k), never a gather of
-    (positions × k × d) negative embeddings as per-position negatives need."""
+    (positions × k × d) negative embeddings as per-position negatives need over a table too
+    large to read them off all items' logits (forced here: this table is small)."""
+    monkeypatch.setattr(losses, "DENSE_ROWS_PER_NEGATIVE", 0)
     hidden, positives, embedding, _ = problem(300, 1000, 16, 3, False)
     negatives = torch.randint(1, 1001, (64,))
     with LargestTensor() as shared:
@@ -175,6 +178,22 @@ def test_the_shared_loss_is_one_product_with_the_negatives():
         sampled_softmax_loss(hidden, positives, embedding, negatives.expand(300, 64)).backward()
     # the table's gradient or the (positions × (k + 1)) logits, against positions × k × d
     assert shared.largest <= max(1001 * 16, 300 * 65) < 300 * 64 * 16 <= per_position.largest
+
+
+def test_per_position_negatives_read_off_all_items_hold_a_chunk_of_logits_at_once(monkeypatch):
+    """Over a small table per-position negatives come from all items' logits, formed for a few
+    rows at a time: nothing larger than a chunk, the (positions × (k + 1)) picked logits or the
+    table's gradient is made, forward or backward, and the loss is the gathered path's."""
+    hidden, positives, embedding, _ = problem(300, 1000, 16, 4, False)
+    negatives = torch.randint(1, 1001, (300, 64))
+    monkeypatch.setattr(losses, "DENSE_CHUNK_SCORES", 20_000)
+    with LargestTensor() as dense:
+        value = sampled_softmax_loss(hidden, positives, embedding, negatives)
+        value.backward()
+    assert dense.largest <= max(20_000, 300 * 65, 1001 * 16) < 300 * 1001
+    monkeypatch.setattr(losses, "DENSE_ROWS_PER_NEGATIVE", 0)
+    gathered = sampled_softmax_loss(hidden, positives, embedding, negatives)
+    torch.testing.assert_close(value, gathered, **TIGHT)
 
 
 # -- drawing the shared negatives --------------------------------------------------------------
