@@ -647,6 +647,44 @@ def test_actsr_attack_step_descends_minus_the_perturbed_loss_plus_the_mask_penal
     assert objective() < before - 1e-6
 
 
+@pytest.mark.parametrize("objective", ["last", "causal"])
+def test_actsr_trainer_step_attacks_the_loss_it_trains_on(tmp_path, monkeypatch, objective):
+    """Through the trainer, under either objective, the attack step ascends the loss the model
+    is trained on: the last position's (``(B, 1, D)``, the last block's one query) under the
+    paper's ``last``, every position's (``(B, L, D)``, the whole perturbed forward under the
+    same noise) under ``causal``."""
+    from attnsvm.rec.models import actsr
+
+    data = write_events(tmp_path / "events.txt", 30, 12, 8)
+    loop = training_loop(data, "actsr", {"objective": objective})
+    attacked = []
+    step = actsr.adversarial_step
+
+    def spy(model, item_seq, loss_of_hidden, optimizer):
+        start = torch.get_rng_state()  # the noise the step draws next
+
+        def recorded(hidden):
+            # the whole perturbed forward from the same draws, then the step's state put back
+            penalties = [block.attention.mask_penalty for block in model.blocks]
+            after = torch.get_rng_state()
+            torch.set_rng_state(start)
+            with torch.no_grad():
+                whole = model(item_seq, stream="perturbed")
+            torch.set_rng_state(after)
+            for block, penalty in zip(model.blocks, penalties, strict=True):
+                block.attention.mask_penalty = penalty
+            attacked.append((hidden.detach(), whole))
+            return loss_of_hidden(hidden)
+
+        return step(model, item_seq, recorded, optimizer)
+
+    monkeypatch.setattr(actsr, "adversarial_step", spy)
+    one_step(loop)
+    ((hidden, whole),) = attacked
+    expected = whole[:, -1:] if objective == "last" else whole
+    torch.testing.assert_close(hidden, expected, **EXACT)
+
+
 # -- SASRec, gSASRec (causal) and BERT4Rec (bidirectional); gSASRec's gBCE ---------------------
 
 

@@ -290,14 +290,17 @@ def adversarial_step(
 ) -> float:
     """One ascent step of the attack projections on ``−loss(perturbed) + λ · mask penalty``.
 
-    ``loss_of_hidden`` maps hidden states to the recommendation loss at their last position
-    (the same one the calibrated stream is trained with); it gets ``(B, 1, D)``, that position
-    alone. Gradients are taken with respect to the attack projections only, so no other
-    parameter (nor its ``.grad``) is touched.
+    ``loss_of_hidden`` maps hidden states to the recommendation loss the calibrated stream is
+    trained with: under the paper's objective ``last`` that of the last position, and it gets
+    ``(B, 1, D)``, that position alone; under ``causal`` that of every position, and it gets
+    the perturbed stream's ``(B, L, D)``. Gradients are taken with respect to the attack
+    projections only, so no other parameter (nor its ``.grad``) is touched.
     """
     attack = model.attack_parameters()
-    # the loss reads the last position: (B, 1, D), the last block's one query, padding cut
-    hidden = model.perturbed_last_position(item_seq)
+    if model.objective == "last":  # the last block's one query, padding cut
+        hidden = model.perturbed_last_position(item_seq)
+    else:
+        hidden = model(item_seq, stream="perturbed")
     loss = -loss_of_hidden(hidden) + model.config.mask_loss_weight * model.mask_penalty()
     gradients = torch.autograd.grad(loss, attack)
     attack_optimizer.zero_grad(set_to_none=True)
