@@ -148,6 +148,27 @@ def test_claims_out_of_reach_are_not_scheduled_unless_named() -> None:
     assert [c.id for c in runner.schedulable(claims, named=True)] == ["near", "far"]
 
 
+def test_a_run_stopped_before_its_first_epoch_starts_afresh(tmp_path: Path, monkeypatch) -> None:
+    """A run that failed at its first step leaves a partial folder with no resume point: the
+    arm's next attempt removes it and trains from the start; one with a resume point resumes."""
+    from attnsvm.rec.train import trainer
+    from attnsvm.rec.train.checkpoint import RunDirectory
+    from campaign.arms import train_run
+
+    calls = []
+    monkeypatch.setattr(trainer, "train", lambda *args, resume, **kw: calls.append(resume))
+    run = tmp_path / "run"
+    partial = RunDirectory(run).partial
+    partial.mkdir()
+    (partial / "config.json").write_text("{}")
+    train_run(None, run)
+    assert calls == [False] and not partial.exists()
+    partial.mkdir()
+    (partial / "resume.pt").write_bytes(b"")
+    train_run(None, run)
+    assert calls == [False, True] and (partial / "resume.pt").exists()
+
+
 def test_report_table_and_forest_plot(tmp_path: Path) -> None:
     arms, results = _arms([]), tmp_path / "campaign.csv"
     claim = _claim(paper="+5 %")

@@ -145,12 +145,16 @@ def trained(
 
 
 def train_run(config: RunConfig, path: Path, callbacks=()) -> Path:
-    """Train ``config`` into ``path``: skipped when finished, resumed when interrupted."""
+    """Train ``config`` into ``path``: skipped when finished, resumed when interrupted after an
+    epoch, started afresh when stopped before its first epoch ended (nothing to resume)."""
     from attnsvm.rec.train.checkpoint import RunDirectory
     from attnsvm.rec.train.trainer import train
 
     if not path.is_dir():
-        resume = (RunDirectory(path).partial / "resume.pt").exists()
+        partial = RunDirectory(path).partial
+        resume = (partial / "resume.pt").exists()
+        if partial.exists() and not resume:  # stopped before its first epoch ended
+            shutil.rmtree(partial)
         train(config, path, callbacks, resume=resume, show_progress=False)
     return path
 
