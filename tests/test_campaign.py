@@ -4,6 +4,7 @@ certify noise, cells that run once, arms shared and cached, a scheduler that kee
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import subprocess
@@ -167,6 +168,20 @@ def test_a_run_stopped_before_its_first_epoch_starts_afresh(tmp_path: Path, monk
     (partial / "resume.pt").write_bytes(b"")
     train_run(None, run)
     assert calls == [False, True] and (partial / "resume.pt").exists()
+
+
+def test_a_runs_labelled_sampled_metrics_are_read_and_reported_by_their_base_name(tmp_path):
+    """BiCAT's claims read ``NDCG@10 (sampled: 100 uniform)``: the trainer writes it under
+    ``test_sampled``, beside the full-ranking ``test``; the CSV skips the same cut-offs in both."""
+    from campaign.arms import read_run
+
+    sampled = {"NDCG@10 (sampled: 100 uniform)": 0.4, "NDCG@5 (sampled: 100 uniform)": 0.3}
+    metrics = {"test": {"NDCG@10": 0.1, "HR@1": 0.0}, "test_sampled": sampled, "epochs": 4}
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    outcome = read_run(tmp_path)
+    assert outcome.metrics == {**metrics["test"], **sampled} and outcome.epochs == 4
+    reported = [name for name in outcome.metrics if not runner.UNREPORTED.match(name)]
+    assert reported == ["NDCG@10", "NDCG@10 (sampled: 100 uniform)"]
 
 
 def test_report_table_and_forest_plot(tmp_path: Path) -> None:

@@ -160,9 +160,11 @@ def train_run(config: RunConfig, path: Path, callbacks=()) -> Path:
 
 
 def read_run(run: Path) -> Outcome:
-    """A finished run's test metrics (``HR@10``, ``NDCG@10``, …) and epoch count."""
+    """A finished run's test metrics (``HR@10``, ``NDCG@10``, …, and where it has them its
+    labelled sampled ones, ``NDCG@10 (sampled: 100 uniform)``) and epoch count."""
     metrics = json.loads((run / "metrics.json").read_text())
-    return Outcome({k: float(v) for k, v in metrics["test"].items()}, int(metrics["epochs"]))
+    test = {**metrics["test"], **metrics.get("test_sampled", {})}
+    return Outcome({k: float(v) for k, v in test.items()}, int(metrics["epochs"]))
 
 
 def recipe_arm(key: str, system: str, recipe: str, dataset: str, root: str, overrides) -> Arm:

@@ -47,7 +47,10 @@ RESULTS = REPO / "benchmarks" / "results" / "campaign.csv"
 MANIFEST = "campaign.manifest"  # a module with ARMS and CLAIMS; tests pass a tiny one
 SLICE_SPENT = 75  # a cell's exit code when its long arm used its slice (EX_TEMPFAIL)
 # the evaluator's other cut-offs and diagnostics stay in the run folders, not in the CSV
-UNREPORTED = re.compile(r"^(?:(?:HR|NDCG|MRR)@5|(?:Recall|coverage|popularity)@\d+)$")
+# metrics not written to the CSV unless a claim reads them (sampled ones by their base name)
+UNREPORTED = re.compile(
+    r"^(?:(?:HR|NDCG|MRR)@[15]|(?:Recall|coverage|popularity)@\d+)(?: \(.+\))?$"
+)
 ONE_THREAD = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
