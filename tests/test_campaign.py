@@ -184,6 +184,43 @@ def test_a_runs_labelled_sampled_metrics_are_read_and_reported_by_their_base_nam
     assert reported == ["NDCG@10", "NDCG@10 (sampled: 100 uniform)"]
 
 
+def test_smoke_makes_each_unmade_arm_in_scratch_and_reports_failures(tmp_path, monkeypatch):
+    """``campaign smoke``: arms the work folder lacks are made in the scratch folder (the work
+    folder and the results untouched), a failing arm is reported and the others still run, and
+    an arm without a claim's metric says which; the library's runs are cut to 2 steps."""
+    from attnsvm.rec.train import trainer
+    from campaign import smoke
+
+    calls: list[str] = []
+    arms = _arms(calls)
+    arms["broken"] = Arm("broken", "tiny", lambda seed, space: 1 / 0)
+    work, scratch = tmp_path / "work", tmp_path / "scratch"
+    runner.run_cell(_claim(), 0, arms, work, tmp_path / "campaign.csv")  # base, stage1, sys
+    (work / "arms" / "sys" / "seed0.json").unlink()
+    claims = [
+        _claim(),
+        _claim(id="other", baseline_arm="broken"),
+        _claim(id="recall", metric="Recall@10"),
+    ]
+    outcome = smoke.smoke(claims, arms, work, scratch, log=lambda line: None)
+    assert outcome["sys"] == "missing Recall@10" and outcome["broken"].startswith("failed: Zero")
+    assert set(outcome) == {"sys", "broken"}  # base was made in work: not tried again
+    assert (scratch / "arms" / "sys" / "seed0.json").is_file()
+    assert not (work / "arms" / "sys" / "seed0.json").exists()
+    seen = []
+    monkeypatch.setattr(trainer, "train", lambda config, path, *a, **k: seen.append(config))
+    with smoke.token_runs():
+        trainer.train(_tiny_run_config(), tmp_path / "run")
+    assert (seen[0].train.epochs, seen[0].train.steps_per_epoch) == (1, smoke.STEPS)
+    assert seen[0].eval.valid_users == smoke.VALID_USERS
+
+
+def _tiny_run_config():
+    from attnsvm.rec.config import DataConfig, ModelChoice, RunConfig
+
+    return RunConfig(model=ModelChoice("sasrec+"), data=DataConfig(dataset="ml-100k"))
+
+
 def test_report_table_and_forest_plot(tmp_path: Path) -> None:
     arms, results = _arms([]), tmp_path / "campaign.csv"
     claim = _claim(paper="+5 %")

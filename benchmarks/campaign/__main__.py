@@ -6,6 +6,7 @@ background at low priority, their results in ``benchmarks/results/campaign.csv``
     python benchmarks/campaign report                         # table into RESULTS.md and the
                                                               # README, forest plot beside the CSV
     python benchmarks/campaign cell CLAIM SEED                # one cell in this process
+    python benchmarks/campaign smoke --scratch /tmp/smoke     # every unmade arm, 2 steps each
 
 ``--work`` holds the arms' run folders and cached results (default ``runs/campaign``, ignored by
 git); pause a running campaign with ``kill -STOP -PGID`` (each cell is its own process group)
@@ -53,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("status", help="finished and pending seeds per claim")
     report = commands.add_parser("report", help="write the table and the forest plot")
     report.add_argument("--print", action="store_true", help="print the table only")
-    for sub in (run, cell, listing, commands.choices["status"], report):
+    trial = commands.add_parser("smoke", help="every arm not yet made, for 2 steps, in scratch")
+    trial.add_argument("--scratch", type=Path, required=True, help="a folder for the trial runs")
+    for sub in (run, cell, listing, commands.choices["status"], report, trial):
         sub.add_argument("--results", type=Path, default=runner.RESULTS)
         sub.add_argument("--work", type=Path, default=DEFAULT_WORK)
         sub.add_argument("--only", action="append", help="claim id (repeatable)")
@@ -95,6 +98,15 @@ def main(argv: list[str] | None = None) -> int:
             for c in cells:
                 print(f"{c.name():40} priority {c.priority}  ≈ {c.minutes:g} CPU-min")
         return 0
+
+    if args.command == "smoke":
+        from campaign.smoke import smoke
+
+        chosen = runner.schedulable(claims, named=bool(args.only))
+        outcome = smoke(chosen, manifest.ARMS, args.work, args.scratch)
+        failed = [key for key, verdict in outcome.items() if verdict != "ok"]
+        print(f"{len(outcome)} arm(s) tried; {len(failed)} not ok: {', '.join(failed) or '—'}")
+        return 1 if failed else 0
 
     from campaign import report as reporting
 
