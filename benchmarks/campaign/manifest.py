@@ -108,9 +108,9 @@ def liked(outcome: Outcome, run: Path) -> Outcome:
     return Outcome({**outcome.metrics, "liked HR@10": float(per_user[mask].mean())}, outcome.epochs)
 
 
-# every position of 128 windows of 200 trained: 300 negatives drawn per position gather 7.7 M
-# item vectors a step (3.2-3.6 s on ML-1M, one thread, quiet: 1.5-2.5 h a pre-training), one
-# set shared by the step (the official code's nce_global_negatives switch) 300 (0.57-0.67 s)
+# every position of 128 windows of 200 trained: 300 negatives drawn per position are 7.7 M a
+# step (1.5-1.6 s on ML-1M, one thread, quiet; 3.2-3.6 s before losses.py read them off all
+# items' logits), one set shared by the step (the official nce_global_negatives) 0.60-0.68 s
 SRT_STUDY = "srt-study-shared"
 
 
@@ -489,7 +489,7 @@ CLAIMS: list[Claim] = [
         "ml-100k",
         "temporal 80/10/10 split of ML-100K (149 cold test targets), full ranking; SRT preset "
         "(sampled softmax, 300 popularity negatives, log-q) with the negatives shared by the "
-        "step (the official nce_global_negatives; per position they cost 5× a step here), "
+        "step (the official nce_global_negatives; per position they cost 2.4× a step here), "
         "all-position objective (the paper's every-prefix one costs 30×), window 200, ≤ 200 "
         "epochs patience 10; pre-training on ML-1M leave-one-out",
         f"ml-100k-temporal/{SRT_STUDY}/srt-tuned",
