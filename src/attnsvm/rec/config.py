@@ -90,9 +90,7 @@ class TrainConfig:
     warmup_steps: int = 0  # linear warm-up from 0 to lr, then constant
     grad_clip: float | None = 1.0  # max global gradient norm; None: no clipping
     patience: int = 10  # epochs without a better validation metric before stopping
-    # no early stop before this many optimiser steps: at 4 steps an epoch (ML-100K, batch 256)
-    # a patience of 10 epochs gives up after 40 steps, before a slow starter learns
-    min_steps: int = 0
+    min_steps: int = 0  # no early stop before this many optimiser steps (few steps an epoch)
     keep: str = "best"  # "best": best validation epoch, early stopping; "last": final epoch
     seed: int = 0
     bf16: bool = False  # bfloat16 autocast: forward passes and the full CE on bf16 operands
