@@ -48,6 +48,13 @@ def test_interval_is_the_t_interval_of_the_relative_differences() -> None:
     assert math.isclose(result.high, high, rel_tol=1e-9)
 
 
+def test_absolute_differences_where_the_baseline_can_be_zero() -> None:
+    """A rate whose baseline is 0 has no relative difference; in points it has a verdict."""
+    assert math.isnan(compare_seeds([0.04, 0.05, 0.03], [0.0, 0.0, 0.0]).relative)
+    points = compare_seeds([0.04, 0.05, 0.03], [0.0, 0.01, 0.0], absolute=True)
+    assert points.relative == pytest.approx(0.11 / 3) and points.verdict == "supported"
+
+
 def test_direction_and_margin() -> None:
     lower_is_better = compare_seeds([0.60, 0.61, 0.59], [0.65, 0.65, 0.65], direction=-1)
     assert lower_is_better.verdict == "supported" and lower_is_better.better == 3

@@ -44,6 +44,9 @@ class Claim:
     paper: str = "—"  # the paper's own figure for this comparison, where one exists
     # why no cell of it runs here, with the measured cost: not scheduled unless named by --only
     out_of_reach: str = ""
+    # differences in the metric's own units, not relative to the baseline (whose value may be 0:
+    # SRT from scratch hits no cold item); the margin is then in those units too
+    absolute: bool = False
 
     def __post_init__(self) -> None:
         if self.direction not in (1, -1):
@@ -74,14 +77,22 @@ class Comparison:
 
 
 def compare_seeds(
-    system: list[float], baseline: list[float], direction: int = 1, margin: float = 0.0
+    system: list[float],
+    baseline: list[float],
+    direction: int = 1,
+    margin: float = 0.0,
+    absolute: bool = False,
 ) -> Comparison:
-    """Paired per seed: ``system[i]`` and ``baseline[i]`` share a seed."""
+    """Paired per seed: ``system[i]`` and ``baseline[i]`` share a seed; the differences are
+    relative to the baseline, or with ``absolute`` in the metric's units."""
     if len(system) != len(baseline) or not system:
         raise ValueError("compare_seeds needs the same, non-zero number of seeds in both arms")
     n = len(system)
     pairs = list(zip(system, baseline, strict=True))
-    relative = [(s - b) / abs(b) if b != 0 else math.nan for s, b in pairs]
+    if absolute:
+        relative = [s - b for s, b in pairs]
+    else:
+        relative = [(s - b) / abs(b) if b != 0 else math.nan for s, b in pairs]
     mean = sum(relative) / n
     if n >= 2:
         sd = math.sqrt(sum((r - mean) ** 2 for r in relative) / (n - 1))

@@ -34,7 +34,8 @@ def comparisons(claims: list[Claim], rows: list[dict[str, str]]) -> list[tuple[C
     for claim in claims:
         seeds, system, baseline = values(rows, claim)
         if seeds:
-            out.append((claim, compare_seeds(system, baseline, claim.direction, claim.margin)))
+            result = compare_seeds(system, baseline, claim.direction, claim.margin, claim.absolute)
+            out.append((claim, result))
     return out
 
 
@@ -46,6 +47,11 @@ def _pct(value: float) -> str:
     return "—" if math.isnan(value) else f"{100 * value:+.1f} %"
 
 
+def _points(value: float) -> str:
+    """An absolute difference of a rate, in percentage points."""
+    return "—" if math.isnan(value) else f"{100 * value:+.1f} pts"
+
+
 def table(claims: list[Claim], rows: list[dict[str, str]]) -> str:
     lines = [
         "| claim | system | dataset | metric | seeds | system arm | baseline arm | Δ relative "
@@ -55,7 +61,8 @@ def table(claims: list[Claim], rows: list[dict[str, str]]) -> str:
     for claim, result in comparisons(claims, rows):
         side = "higher" if claim.direction == 1 else "lower"
         test = f"{side}" + (f", margin {claim.margin:.0%}" if claim.margin else "")
-        interval = f"{_pct(result.relative)} [{_pct(result.low)}, {_pct(result.high)}]"
+        shown = _points if claim.absolute else _pct
+        interval = f"{shown(result.relative)} [{shown(result.low)}, {shown(result.high)}]"
         lines.append(
             f"| `{claim.id}` | {claim.system} | {claim.dataset} | {claim.metric} ({test}) | "
             f"{result.seeds} | {_pm(result.system_mean, result.system_sd)} | "
@@ -75,7 +82,8 @@ def table(claims: list[Claim], rows: list[dict[str, str]]) -> str:
     lines += [
         "",
         f"Verdict: **supported** when the 95 % t-interval of the per-seed relative difference "
-        f"lies wholly on the paper's side (of −margin) over ≥ {MIN_SEEDS} seeds, "
+        f"lies wholly on the paper's side (of −margin) over ≥ {MIN_SEEDS} seeds (in points, "
+        "not per cent, for a claim whose baseline can be 0), "
         "**contradicted** when it lies wholly on the other side, otherwise **not shown**.",
     ]
     return "\n".join(lines)
@@ -119,8 +127,13 @@ def forest(claims: list[Claim], rows: list[dict[str, str]], path: Path = FIGURE)
             axes.plot(-100 * claim.margin, y, "|", color="black", ms=10)
     axes.axvline(0, color="black", lw=0.8)
     axes.set_yticks(range(len(results)))
-    axes.set_yticklabels([f"{c.id} ({r.seeds} seeds)" for c, r in reversed(results)], fontsize=8)
-    axes.set_xlabel("relative difference, system vs baseline, in the paper's direction (%)")
+    labels = [
+        f"{c.id} ({r.seeds} seeds{', points' if c.absolute else ''})" for c, r in reversed(results)
+    ]
+    axes.set_yticklabels(labels, fontsize=8)
+    axes.set_xlabel(
+        "difference, system vs baseline, in the paper's direction (% relative, or points)"
+    )
     axes.set_title("Reproduction campaign: 95 % intervals over seeds (| = margin)", fontsize=9)
     for verdict, colour in colours.items():
         axes.plot([], [], color=colour, lw=2, label=verdict)
