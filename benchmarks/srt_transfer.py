@@ -26,8 +26,8 @@ position, the paper's, at about 30 times the cost (ML-1M: ~990,000 prefixes an e
 draws the 300 negatives once a step for every position (the official code's
 ``nce_global_negatives`` switch) instead of once per position: with every position of 128
 windows of 200 trained, per-position negatives are 7.7 M a step: 1.5–1.6 s on ML-1M (one
-thread, quiet; read off all items' logits, 3.2–3.6 s when they were gathered row by row), shared
-ones 300 (0.60–0.68 s).
+thread, quiet, two steps timed by hand: not a benchmark; 3.2–3.6 s when they were gathered row
+by row), shared ones 300 (0.60–0.68 s).
 
     python benchmarks/srt_transfer.py --seeds 0 1 2
     python benchmarks/srt_transfer.py --table

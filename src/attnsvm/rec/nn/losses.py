@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 
 #: per-position negatives are picked from every item's logit (``hidden @ tableᵀ``) where the
 #: table has at most this many rows per negative: one matrix product then costs less than
-#: gathering N·k table rows and scattering their gradient back (6× less at gSASRec's 256
-#: negatives over ML-1M's 3,417 items; about even at 47 rows per negative)
+#: gathering N·k table rows and scattering their gradient back (gSASRec's 256 negatives over
+#: ML-1M's 3,417 items: a 3.4× cheaper step, benchmarks/gsasrec_cost.py)
 DENSE_ROWS_PER_NEGATIVE = 32
 #: the all-item logits are formed for chunks of rows of at most this many scores at once
 DENSE_CHUNK_SCORES = 2**24
