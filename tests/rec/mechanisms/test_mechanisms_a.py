@@ -272,6 +272,45 @@ def test_strec_time_scores_choose_the_queries_of_a_4_2_1_pyramid() -> None:
     assert (out - strec_by_hand(model, seq, times, by_time=False)).abs().max() > 1e-3
 
 
+def test_strec_training_adds_unit_gaussian_noise_to_the_standardised_time_scores() -> None:
+    """In training the selector keeps the top k of ``z + ε``: ``z`` the MLP's scores
+    standardised over the real positions, ``ε ~ N(0, 1)`` drawn per token; in evaluation ``z``
+    alone. So the model's training outputs vary with the draw where its evaluation ones do not."""
+    model = built("strec", num_blocks=3, time_hidden=2)
+    selector = model.layers[0].selector
+    generator = torch.Generator().manual_seed(5)
+    gaps = -torch.rand(4, LENGTH, generator=generator, dtype=torch.float64) * 5
+    valid = torch.ones(4, LENGTH, dtype=torch.bool)
+    valid[1, :3] = False
+    raw = selector.mlp(gaps[..., None])[..., 0]
+    count = valid.sum(1, keepdim=True)
+    mean = (raw * valid).sum(1, keepdim=True) / count
+    std = (((raw - mean) * valid) ** 2).sum(1, keepdim=True).div(count).add(1e-5).sqrt()
+    standardised = (raw - mean) / std
+
+    def top(score: torch.Tensor, k: int = 3) -> torch.Tensor:
+        score = score.masked_fill(~valid, float("-inf"))
+        score[:, -1] = float("inf")
+        return score.topk(k, dim=1).indices.sort(dim=1).values
+
+    assert torch.equal(selector.eval()(gaps, valid, 3), top(standardised))
+    selector.train()
+    for seed in range(3):
+        torch.manual_seed(seed)
+        noise = torch.randn_like(standardised)
+        torch.manual_seed(seed)
+        assert torch.equal(selector(gaps, valid, 3), top(standardised + noise))
+    seq, times = windows(), torch.arange(LENGTH, dtype=torch.float64).expand(3, -1) * 3600
+    model.train()
+    draws = []
+    for seed in range(2):
+        torch.manual_seed(seed)
+        draws.append(model(seq, times))
+    assert (draws[0] - draws[1]).abs().max() > 1e-3  # dropout is 0: the noise alone moved it
+    model.eval()
+    torch.testing.assert_close(model(seq, times), model(seq, times), **EXACT)
+
+
 # -- ETRec: causal local window + pooled-block branch, gated; one FFN for all layers ----------
 
 
@@ -731,6 +770,28 @@ def test_bert4rec_trains_on_the_cloze_task_the_encoder_reads_the_mask_where_it_p
     assert 0 < int(masked.sum()) < int((original != 0).sum())
     assert torch.equal(encoded[~masked], original[~masked])
     assert torch.equal(call["positives"], original[masked])
+
+
+def test_bert4rec_scores_the_next_item_by_the_masked_lm_head_at_an_appended_mask() -> None:
+    """``LN(GELU(W h + b))`` over the bidirectional encoder's states (BERT's
+    ``get_masked_lm_output``), zero at padding; the next item is scored at a mask token appended
+    after the history (the oldest item dropped from a full window), against the tied item table
+    plus the output bias."""
+    model = built("bert4rec")
+    with torch.no_grad():
+        model.items.bias.normal_()
+    seq = windows()
+    valid = seq != 0
+    dense, activation, norm = model.head
+    encoded = model.encoder(model.embed(seq), valid)
+    expected = norm(activation(dense(encoded))) * valid[..., None]
+    torch.testing.assert_close(model(seq), expected, **EXACT)
+    assert (expected - encoded).abs().max() > 1e-3  # the head is not the identity
+    with_mask = torch.cat([seq[:, 1:], torch.full_like(seq[:, :1], model.mask_token)], dim=1)
+    scores = model.items.input.weight[: NUM_ITEMS + 1] @ model(with_mask)[:, -1].T
+    scores = scores.T + model.items.bias
+    scores[:, 0] = float("-inf")
+    torch.testing.assert_close(model.score_last(seq), scores, **EXACT)
 
 
 def gbce_by_hand(call: dict, t: float, num_items: int) -> float:

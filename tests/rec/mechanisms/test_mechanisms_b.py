@@ -25,7 +25,8 @@ from attnsvm.rec.data.datasets import load_dataset
 from attnsvm.rec.models import build_model
 from attnsvm.rec.models.adt import ADT
 from attnsvm.rec.models.bicat import BiCAT
-from attnsvm.rec.models.mrtransformer import MrTransformer, coverage_loss
+from attnsvm.rec.models.mrtransformer import MrTransformer
+from attnsvm.rec.models.pitransformer import PITransformer, PITransformerConfig
 from attnsvm.rec.models.rlt4rec import RLT4Rec
 from attnsvm.rec.nn.attention import attention_mask, record_attention
 from attnsvm.rec.nn.stationary import window_statistics
@@ -49,6 +50,7 @@ NUM_ITEMS = 30
 STEP = 3  # the walks' stride: each user's next item is the previous one + 3 (mod NUM_ITEMS)
 TINY = {"hidden_size": 16, "ffn_size": 16, "num_heads": 2, "dropout": 0.0}
 TINY |= {"attention_dropout": 0.0}
+EXACT = {"atol": 1e-10, "rtol": 0.0}
 
 
 # -- data and recorders ----------------------------------------------------------------------------
@@ -412,6 +414,21 @@ def test_nstransformer_encoder_reads_the_stationarised_series_and_its_output_is_
     assert not torch.allclose(out, stack.out)
 
 
+def test_nstransformer_reads_each_events_previous_rating_never_its_own():
+    """The rating of event t is an input from event t + 1 on (the previous event's rating),
+    never at t, whose label it is: changing it leaves every state up to t alone and moves the
+    next one."""
+    model = nstransformer()
+    items, ratings = rated_windows()
+    with torch.no_grad():
+        base = model(items, ratings)
+        for t in (5, 8):
+            changed = ratings.clone()
+            changed[:, t] = ratings[:, t] % 5 + 1
+            moved = (model(items, changed) - base).abs().amax(-1)
+            assert torch.all(moved[:, : t + 1] < 1e-12) and torch.all(moved[:, t + 1] > 1e-6)
+
+
 def test_nstransformer_pointwise_head_labels_each_candidate_by_its_rating():
     """Position t's logit is ``w·H_t + b + b_item[item_t]``, trained by BCE against
     ``rating_t ≥ 4``: ratings 4 and 5 of the last candidate are the same label, 3 is the
@@ -499,6 +516,64 @@ def test_smm_cope_counts_positions_from_the_content_in_every_layer():
     assert (forward - backward).abs().amax(-1).min() > 1e-6
 
 
+def cope_by_hand(attention, query_input: torch.Tensor, key_input: torch.Tensor, keep):
+    """CoPE's attention weights (B, H, L, L) by loops: logits ``z_ij = q_i·k_j / √d_h``, gates
+    ``σ(z_im)`` summed over the kept keys m ≥ j into ``p_ij`` (at most the table's last row),
+    the logit gaining ``q_i·e(p_ij)`` with e interpolated between the table's integer rows."""
+    q, k, _ = attention._project(query_input, key_input)
+    table = attention.cope.embedding  # (d_h, positions)
+    logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    batch, heads, length, _ = logits.shape
+    out = torch.empty_like(logits)
+    for b, h, i in np.ndindex(batch, heads, length):
+        row = logits[b, h, i]
+        kept = keep[b, 0, i]
+        gates = torch.sigmoid(row) * kept
+        for j in range(length):
+            position = min(float(gates[j:].sum()), table.shape[1] - 1.0)
+            low, high = math.floor(position), math.ceil(position)
+            share = position - low
+            e = (1 - share) * table[:, low] + share * table[:, high]
+            out[b, h, i, j] = row[j] + q[b, h, i] @ e
+    return out.masked_fill(~keep, float("-inf")).softmax(-1)
+
+
+def test_smm_cope_attention_is_the_contextual_position_formula_written_out():
+    """Every layer's attention weights equal CoPE's formula from its own weights: positions
+    counted from the gates of the keys from j to the end, interpolated between integer rows."""
+    model = smm(position="none", cope=True, cope_positions=4)
+    generator = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for attention in model.attention_modules():
+            attention.cope.embedding.copy_(torch.randn(8, 4, generator=generator))
+        window = model.scoring_input(PREFIXES)
+        with record_attention(model) as recorder:
+            model(window)
+        keep = attention_mask(window != 0, causal=False)
+        for attention, inputs, weights in zip(
+            model.attention_modules(), recorder.layer_inputs, recorder.attention, strict=True
+        ):
+            expected = cope_by_hand(attention, inputs.query, inputs.key, keep)
+            real = (window != 0)[:, None, :, None]
+            torch.testing.assert_close(weights * real, expected * real, **EXACT)
+
+
+def test_smm_scores_the_next_item_by_the_masked_lm_head_at_the_mask_token():
+    """BERT's masked-LM transform ``LN(GELU(W h + b))`` over the encoder's states, and the
+    mask token appended after the prefix is where the next item is read."""
+    model = smm()
+    window = model.scoring_input(PREFIXES)
+    valid = window != 0
+    dense, activation, norm = model.head
+    with torch.no_grad():
+        encoded = model.encoder(model.embed(window), valid)
+        expected = norm(activation(dense(encoded))) * valid[..., None]
+        torch.testing.assert_close(model(window), expected, **EXACT)
+        assert (expected - encoded).abs().max() > 1e-3
+        last = model.logits(model(window)[:, -1])
+        torch.testing.assert_close(model.score_last(PREFIXES), last, **EXACT)
+
+
 # -- ADT -------------------------------------------------------------------------------------------
 
 
@@ -571,6 +646,65 @@ def test_adt_reconstruction_decoder_is_causal():
                     layer_again[:, : t + 1], layer[:, : t + 1], atol=1e-12, rtol=0
                 )
                 assert not torch.allclose(layer_again[:, t + 1 :], layer[:, t + 1 :])
+
+
+def decoder_by_hand(model, item_seq: torch.Tensor, encoded: torch.Tensor) -> list[torch.Tensor]:
+    """The official ``DecoderLayer`` stack through torch's own ``nn.MultiheadAttention``: the
+    items shifted right by one, each layer ``d = LN(x)``, causal self-attention on ``d``, causal
+    cross-attention of that on the encoder's output, ``x = d + c + FFN(c)``, zero where the
+    shifted input is padding; rows without padding, so every query has a key."""
+    shifted = torch.cat([torch.zeros_like(item_seq[:, :1]), item_seq[:, :-1]], dim=1)
+    length = item_seq.shape[1]
+    later = torch.ones(length, length, dtype=torch.bool).triu(1)  # True: not attended
+    own_keys = later | (shifted == 0)[:, None, :]
+    own_keys = own_keys & ~torch.eye(length, dtype=torch.bool)  # a padding query reads itself
+    heads = model.config.num_heads
+    x, outputs = model.embed(shifted), []
+    for layer in model.disentangling["decoder"]:
+        normed = layer.norm(x)
+        mask = own_keys.repeat_interleave(heads, dim=0)
+        attended = layer.self_attention(normed, normed, normed, attn_mask=mask)[0]
+        crossed = layer.cross_attention(attended, encoded, encoded, attn_mask=later)[0]
+        x = (normed + crossed + layer.ffn(crossed)) * (shifted != 0)[..., None]
+        outputs.append(x)
+    return outputs
+
+
+def test_adt_terms_are_each_layers_reconstruction_and_head_identification_written_out():
+    """Layer l's terms, from the model's own weights: the MSE between the input of encoder
+    layer l and the output of decoder layer L − 1 − l (a decoder fed the items shifted right by
+    one), and the mean over heads of −log p(h | o_h) from layer l's classifier; both summed
+    over positions and divided by the window (the official element-wise means); the item
+    table's Frobenius norm, not squared."""
+    model = adt(reconstruction_weights="1", independence_weights="1", embedding_norm_weight=1.0)
+    model.train()  # every dropout is 0: the training forward is deterministic
+    data = torch.randint(1, NUM_ITEMS + 1, (4, 8), generator=torch.Generator().manual_seed(2))
+    names = [name for name in model.auxiliary_weights() if name != "embedding_norm"]
+    terms = model.auxiliary_losses([*names, "embedding_norm"], data, model(data))
+    inputs, heads = [], []
+    blocks = model.encoder.blocks
+    hooks = [b.register_forward_pre_hook(lambda _, a: inputs.append(a[0])) for b in blocks]
+    hooks += [
+        b.attention.out_proj.register_forward_pre_hook(lambda _, a: heads.append(a[0]))
+        for b in blocks
+    ]
+    with torch.no_grad():
+        encoded = model.eval()(data)
+    for hook in hooks:
+        hook.remove()
+    decoded = decoder_by_hand(model, data, encoded)
+    window = len(data) * model.config.max_len
+    count = model.config.num_heads
+    for layer in range(2):
+        rebuilt = ((inputs[layer] - decoded[1 - layer]) ** 2).mean(-1).sum() / window
+        classifier = model.disentangling["head_classifiers"][layer]
+        per_head = heads[layer].unflatten(-1, (count, -1))  # (B, L, H, d/H)
+        log_p = F.log_softmax(classifier(per_head), dim=-1)  # (B, L, H, H)
+        nll = -torch.stack([log_p[..., h, h] for h in range(count)], -1).mean(-1).sum() / window
+        torch.testing.assert_close(terms[f"reconstruction_{layer + 1}"], rebuilt, **EXACT)
+        torch.testing.assert_close(terms[f"independence_{layer + 1}"], nll, **EXACT)
+    table = model.items.input.weight
+    torch.testing.assert_close(terms["embedding_norm"], (table**2).sum().sqrt(), **EXACT)
 
 
 # -- staged recipes: BiCAT and MrTransformer -------------------------------------------------------
@@ -653,6 +787,40 @@ def test_bicat_recipe_each_stage_starts_from_the_pretrained_weights_bit_for_bit(
     assert not same_weights(runs[0]["state"], pretrained)  # stage 1 trained
     assert len(generated_by) == 1 and same_weights(generated_by[0], pretrained)
     assert same_weights(runs[1]["state"], pretrained)
+
+
+def test_bicat_terms_are_the_chronological_bce_and_the_symmetric_kl_written_out():
+    """``forward``: the official unhalved BCE of each chronological position predicting the
+    next item against a uniform negative, ``softplus(−h·e⁺) + softplus(h·e⁻)``; ``kl``:
+    ½[KL(p‖q) + KL(q‖p)] of the softmax over the hidden units of the augmented row (p) and of
+    the original one (q), right-aligned, averaged over the units; both summed over the real
+    positions and divided by the window."""
+    torch.manual_seed(0)
+    options = {**TINY, "max_len": 8, "forward_weight": 1.0, "kl_weight": 1.0}
+    model = build_model("bicat", NUM_ITEMS, **options).double().train()
+    generator = torch.Generator().manual_seed(3)
+    source = torch.randint(1, NUM_ITEMS + 1, (3, 9), generator=generator)
+    source[1, :4] = 0
+    augmented = source[:, :-1].clone()
+    augmented[1, 2:4] = torch.tensor([7, 8])  # two synthetic items before row 1's history
+    hidden = model(augmented)
+    torch.manual_seed(11)
+    terms = model.auxiliary_losses(["forward", "kl"], augmented, hidden, source=source)
+    window = 3 * 8
+    inputs, targets = source[:, :-1], source[:, 1:]
+    with torch.no_grad():
+        chronological = model(inputs)
+    torch.manual_seed(11)
+    negatives = torch.randint(1, NUM_ITEMS + 1, targets.shape)
+    table = model.items.input.weight
+    bce = F.softplus(-(chronological * table[targets]).sum(-1))
+    bce = bce + F.softplus((chronological * table[negatives]).sum(-1))
+    expected = (bce * (inputs != 0)).sum() / window
+    torch.testing.assert_close(terms["forward"], expected, **EXACT)
+    p, q = hidden.softmax(-1), model(source[:, :-1]).softmax(-1)
+    symmetric = 0.5 * ((p * (p / q).log()).sum(-1) + (q * (q / p).log()).sum(-1))
+    expected = (symmetric / hidden.shape[-1] * (augmented != 0)).sum() / window
+    torch.testing.assert_close(terms["kl"], expected, **EXACT)
 
 
 @pytest.fixture(scope="module")
@@ -742,15 +910,64 @@ def test_mrtransformer_swap_term_encodes_the_partner_sequence():
         assert not torch.allclose(term, model.swap_term(preferences, source, other))
 
 
+def coverage_by_hand(attention: torch.Tensor) -> torch.Tensor:
+    """``Σ_k Σ_i min(a_{k,i}, Σ_{k' < k} a_{k',i})``, averaged over the batch, by loops."""
+    batch, count, length = attention.shape
+    total = attention.new_zeros(())
+    for b in range(batch):
+        for k in range(count):
+            before = sum((attention[b, j] for j in range(k)), attention.new_zeros(length))
+            total = total + torch.minimum(attention[b, k], before).sum()
+    return total / batch
+
+
+def test_mrtransformer_swap_term_is_the_common_mse_and_the_swapped_predictions():
+    """``common_weight · [MSE(C_x, C_y) + MSE(P̃_x, P_x) + MSE(P̃_y, P_y)] + swap_prediction_weight
+    · [CE(P̃_x → x's target) + CE(P̃_y → y's target)]``, each prediction the readout of the summed
+    preferences scored against the item table and bias, P_y the partner's own encoding."""
+    model = mrtransformer(swap_weight=1.0, common_weight=3.0, swap_prediction_weight=0.5).eval()
+    data = adt_batch()
+    source = torch.cat([data, data[:, -1:] % NUM_ITEMS + 1], 1)
+    partner = torch.cat([data.flip(0), data.flip(0)[:, -1:] % NUM_ITEMS + 1], 1)
+    with torch.no_grad():
+        p_x, p_y = model.encode(data)[1], model.encode(partner[:, :-1])[1]
+        term = model.swap_term(p_x, source, partner)
+        common_x, common_y, swapped_x, swapped_y = model.swap(p_x, p_y)
+
+        def predicted(preferences: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            logits = model.readout(preferences.sum(1)) @ model.items.input.weight.T
+            logits = (logits + F.pad(model.items.bias, (0, 3)))[:, 1 : NUM_ITEMS + 1]
+            return F.cross_entropy(logits, target - 1)
+
+        common = sum(
+            ((a - b) ** 2).mean()
+            for a, b in ((common_x, common_y), (swapped_x, p_x), (swapped_y, p_y))
+        )
+        prediction = predicted(swapped_x, source[:, -1]) + predicted(swapped_y, partner[:, -1])
+    torch.testing.assert_close(term, 3.0 * common + 0.5 * prediction, **EXACT)
+
+
+def test_mrtransformer_items_read_items_and_preference_tokens_read_everything():
+    """In the encoder an item token attends the items alone and a preference token every real
+    token: a preference token's embedding moves the preferences, never an item's state."""
+    model = mrtransformer().eval()
+    data = adt_batch()
+    with torch.no_grad():
+        items, preferences, _ = model.encode(data)
+        model.items.input.weight[model.preference_ids[1]] *= -2.0  # LN ignores a shift
+        moved_items, moved_preferences, _ = model.encode(data)
+    torch.testing.assert_close(moved_items, items, atol=1e-12, rtol=0)
+    assert (moved_preferences - preferences).abs().amax(-1).min() > 1e-6
+
+
 def test_mrtransformer_coverage_is_taken_over_the_identification_attention():
     """The coverage term is the coverage of where the K preference tokens look (``a``), and
     its gradient trains the identification attention's queries and keys."""
     model = mrtransformer(coverage_weight=1.0).train()
     data = adt_batch()
     term = model.auxiliary_losses(["coverage"], data, model(data))["coverage"]
-    torch.testing.assert_close(
-        term, coverage_loss(model.preference_attention(data)), atol=1e-12, rtol=0
-    )
+    attention = model.preference_attention(data)
+    torch.testing.assert_close(term, coverage_by_hand(attention), atol=1e-12, rtol=0)
     term.backward()
     assert model.identify.q_proj.weight.grad.abs().sum() > 0
     assert model.identify.k_proj.weight.grad.abs().sum() > 0
@@ -847,10 +1064,12 @@ def crr_setup(critic_biases, config: CRRConfig):
     return networks, inputs, ratings
 
 
-def test_crr_td_target_bootstraps_from_the_smaller_target_critic():
+@pytest.mark.parametrize("reward", ["liked", "centered"])
+def test_crr_td_target_bootstraps_from_the_smaller_target_critic(reward):
     """``y = r + γ (1 − done) min_k Σ_a π Q̄_k(s', a)``: the target copies' values (2 and 1
-    here), not the online critics' (5), and the smaller of the twins."""
-    config = CRRConfig(gamma=0.5, reward="liked", critic="shared")
+    here), not the online critics' (5), and the smaller of the twins; r is 1 for a liked
+    rating (≥ 4) or the rating less the middle of the data's scale (3 on 1–5)."""
+    config = CRRConfig(gamma=0.5, reward=reward, critic="shared")
     online, inputs, ratings = crr_setup([torch.full((NUM_ITEMS + 1,), 5.0)] * 2, config)
     target = target_copy(online)
     with torch.no_grad():
@@ -858,9 +1077,12 @@ def test_crr_td_target_bootstraps_from_the_smaller_target_critic():
         target.critics[1].bias.fill_(1.0)
     critic_loss, _, stats = crr_losses(online, target, inputs, ratings, config, (1.0, 5.0), False)
     step = transitions(inputs, ratings)
-    td_target = (step.ratings >= 4).double() + 0.5 * (1 - step.done) * 1.0
-    assert stats["td_target_mean"] == pytest.approx(float(td_target.mean()), abs=1e-9)
-    assert critic_loss.item() == pytest.approx(2 * float(((5.0 - td_target) ** 2).mean()), abs=1e-9)
+    reward = (step.ratings >= 4).double() if reward == "liked" else step.ratings - 3.0
+    td_target = reward + 0.5 * (1 - step.done) * 1.0
+    # rewards are float32 (the trainer's dtype): agreement to its precision
+    assert stats["td_target_mean"] == pytest.approx(float(td_target.mean()), abs=1e-6)
+    expected = 2 * float(((5.0 - td_target) ** 2).mean())
+    assert critic_loss.item() == pytest.approx(expected, rel=1e-6)
 
 
 @pytest.mark.parametrize("weight", ["binary", "exp"])
@@ -882,6 +1104,10 @@ def test_crr_actor_loss_weights_each_logged_action_by_its_advantage(weight):
     expected = -(weights * log_pi.gather(1, step.actions[:, None])[:, 0]).mean()
     torch.testing.assert_close(loss, expected, atol=1e-12, rtol=0)
     assert stats["advantage_mean"] == pytest.approx(float(advantage.mean()), abs=1e-12)
+    # the weights are constants of the actor's step: its loss trains no critic
+    biases = [critic.bias for critic in networks.critics]
+    grads = torch.autograd.grad(loss, biases, allow_unused=True)
+    assert all(grad is None or not grad.any() for grad in grads)
 
 
 # -- the PI-Transformer and the stream runner's replay ---------------------------------------------
@@ -989,6 +1215,28 @@ def test_pi_transformer_reads_each_chunks_labels_and_the_previous_chunks_memory(
         assert predicted["memory"] is remembered and updated["memory"] is remembered
 
 
+def test_pi_transformer_event_t_reads_the_labels_before_it_and_the_memory_not_its_own():
+    """Within a chunk, event t's state moves with the label of every earlier event and with
+    nothing of its own or a later one (its label is what it predicts); the previous chunk's
+    memory moves every state of the next."""
+    torch.manual_seed(0)
+    config = PITransformerConfig(**TINY, max_len=6)
+    model = PITransformer(NUM_ITEMS, config).double().eval()
+    generator = torch.Generator().manual_seed(4)
+    histories = torch.randint(1, NUM_ITEMS + 1, (5, 6), generator=generator)
+    labels = torch.randint(1, NUM_ITEMS + 1, (5,), generator=generator)
+    with torch.no_grad():
+        base, memory = model.stream_hidden(histories, labels)
+        for j in range(5):
+            changed = labels.clone()
+            changed[j] = labels[j] % NUM_ITEMS + 1
+            moved = (model.stream_hidden(histories, changed)[0] - base).abs().amax(-1)
+            assert torch.all(moved[: j + 1] < 1e-12), (j, moved)
+            assert torch.all(moved[j + 1 :] > 1e-9), (j, moved)
+        remembered = model.stream_hidden(histories, labels, memory)[0]
+    assert (remembered - base).abs().amax(-1).min() > 1e-9
+
+
 # -- RLT4Rec ---------------------------------------------------------------------------------------
 
 
@@ -1034,6 +1282,24 @@ def test_rlt4rec_next_item_is_scored_from_the_rating_token_it_should_earn():
     assert (with_item[column > t] - base[column > t]).abs().amax(-1).min() > 1e-6
     torch.testing.assert_close(with_rating[column < t], base[column < t], atol=1e-12, rtol=0)
     assert (with_rating[column == t] - base[column == t]).abs().amax(-1).min() > 1e-6
+
+
+def test_rlt4rec_platform_forward_reads_the_next_items_logged_rating_not_the_item():
+    """Under the platform's trainer position t predicts item t + 1 from the state of that item's
+    rating token: it moves with the logged rating r_{t+1}, never with the item a_{t+1} it
+    predicts, and nothing before t moves with either."""
+    model = rlt4rec()
+    items, ratings = episodes()
+    with torch.no_grad():
+        base = model(items, ratings)
+        for t in (3, 5):
+            other_rating, other_item = ratings.clone(), items.clone()
+            other_rating[:, t + 1] = ratings[:, t + 1] % 5 + 1
+            other_item[:, t + 1] = items[:, t + 1] % NUM_ITEMS + 1
+            by_rating = (model(items, other_rating) - base).abs().amax(-1)
+            by_item = (model(other_item, ratings) - base).abs().amax(-1)
+            assert torch.all(by_rating[:, :t] < 1e-12) and torch.all(by_rating[:, t] > 1e-6)
+            assert torch.all(by_item[:, : t + 1] < 1e-12) and torch.all(by_item[:, t + 1] > 1e-6)
 
 
 def test_rlt4rec_rating_head_is_an_inner_product_with_the_next_items_embedding():
