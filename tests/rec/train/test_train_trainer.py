@@ -306,3 +306,26 @@ def test_negatives_avoid_the_items_of_their_own_row(walks, monkeypatch, model, l
     # each target lies in the row it was mapped to
     targets = torch.cat(positives).numpy()
     assert all(targets[t] in row_items[row] for t, row in enumerate(rows))
+
+
+def test_the_kept_weights_are_the_best_validation_epochs_not_the_last(walks, tmp_path, monkeypatch):
+    """With validation peaking at epoch 2 of 4, the checkpoint, the model the test split is
+    scored with and ``best_epoch`` are epoch 2's; the last epoch's weights are not kept."""
+    states, scores = [], iter([0.2, 0.9, 0.4, 0.5])
+    run_epoch = TrainingLoop.run_epoch
+
+    def scripted(self, progress):
+        record = run_epoch(self, progress)
+        states.append({k: v.clone() for k, v in self.model.state_dict().items()})
+        record["valid"]["NDCG@10"] = next(scores)
+        return record
+
+    monkeypatch.setattr(TrainingLoop, "run_epoch", scripted)
+    run_dir = train(tiny_config(walks, epochs=4), tmp_path / "run", show_progress=False).run_dir
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["best_epoch"] == 2
+    with safe_open(run_dir / "model.safetensors", framework="pt") as saved:
+        kept = {name: saved.get_tensor(name) for name in saved.keys()}  # noqa: SIM118
+    assert all(torch.equal(value, states[1][name]) for name, value in kept.items())
+    assert not all(torch.equal(value, states[3][name]) for name, value in kept.items())
+    assert evaluate_run(run_dir, "test").metrics == pytest.approx(metrics["test"], abs=1e-12)
