@@ -788,8 +788,8 @@ def test_bert4rec_scores_the_next_item_by_the_masked_lm_head_at_an_appended_mask
     torch.testing.assert_close(model(seq), expected, **EXACT)
     assert (expected - encoded).abs().max() > 1e-3  # the head is not the identity
     with_mask = torch.cat([seq[:, 1:], torch.full_like(seq[:, :1], model.mask_token)], dim=1)
-    scores = model.items.input.weight[: NUM_ITEMS + 1] @ model(with_mask)[:, -1].T
-    scores = scores.T + model.items.bias
+    table = model.items.input.weight[: NUM_ITEMS + 1]  # the mask token's row is not scored
+    scores = model(with_mask)[:, -1] @ table.T + model.items.bias
     scores[:, 0] = float("-inf")
     torch.testing.assert_close(model.score_last(seq), scores, **EXACT)
 

@@ -935,8 +935,8 @@ def test_mrtransformer_swap_term_is_the_common_mse_and_the_swapped_predictions()
         common_x, common_y, swapped_x, swapped_y = model.swap(p_x, p_y)
 
         def predicted(preferences: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-            logits = model.readout(preferences.sum(1)) @ model.items.input.weight.T
-            logits = (logits + F.pad(model.items.bias, (0, 3)))[:, 1 : NUM_ITEMS + 1]
+            table = model.items.input.weight[1 : NUM_ITEMS + 1]  # items, not preference tokens
+            logits = model.readout(preferences.sum(1)) @ table.T + model.items.bias[1:]
             return F.cross_entropy(logits, target - 1)
 
         common = sum(
