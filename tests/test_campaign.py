@@ -141,13 +141,32 @@ def test_a_cells_estimate_shrinks_with_the_arms_already_made(tmp_path: Path) -> 
         _claim(id="made", minutes=60, seeds=(0, 1)),
         _claim(id="half", minutes=60, baseline_arm="stage1", seeds=(0,)),
     ]
+    assert [c.minutes for c in runner.pending(claims, arms, results, work)] == [60, 60, 60]
     runner.run_cell(_claim(id="first"), 0, arms, work, results)  # base, stage1, sys for seed 0
     minutes = {c.name(): c.minutes for c in runner.pending(claims, arms, results, work)}
-    assert minutes == {"made-seed0": 1.0, "half-seed0": 1.0, "made-seed1": 60}
+    # seed 1's arms are estimated at what seed 0's cost (a few CPU-ms: the minute its rows take)
+    assert minutes == {"made-seed0": 1.0, "half-seed0": 1.0, "made-seed1": 1.0}
     (work / "arms" / "sys" / "seed0.json").unlink()
     minutes = {c.name(): c.minutes for c in runner.pending(claims, arms, results, work)}
-    assert minutes == {"made-seed0": 20.0, "half-seed0": 30.0, "made-seed1": 60}
+    assert minutes == {"made-seed0": 20.0, "half-seed0": 30.0, "made-seed1": 20.0}
     assert [c.minutes for c in runner.pending(claims, arms, results)] == [60, 60, 60]
+
+
+def test_a_cells_estimate_is_its_arms_measured_cost_less_what_it_spent(tmp_path: Path) -> None:
+    """An arm another seed made is estimated at its mean measured cost, not at a share of the
+    claim's; the CPU a stopped cell already gave it (its slices) is taken off."""
+    arms, results, work = _arms([]), tmp_path / "campaign.csv", tmp_path / "work"
+    claim = _claim(id="c", minutes=60, seeds=(2,))
+    for key, seed, seconds in [("sys", 0, 3000), ("sys", 1, 3600), ("base", 0, 600)]:
+        record = work / "arms" / key / f"seed{seed}.json"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"cpu_seconds": seconds}))
+    # sys 55 (mean of 50 and 60), base 10, stage1 unmeasured: 60 / 3
+    assert [c.minutes for c in runner.pending([claim], arms, results, work)] == [85.0]
+    (work / "arms" / "sys" / "seed2.slices").write_text("1800.0\n")
+    assert [c.minutes for c in runner.pending([claim], arms, results, work)] == [55.0]
+    (work / "arms" / "sys" / "seed2.slices").write_text("9000.0\n")  # past its mean: none left
+    assert [c.minutes for c in runner.pending([claim], arms, results, work)] == [30.0]
 
 
 def test_claims_out_of_reach_are_not_scheduled_unless_named() -> None:
@@ -285,6 +304,9 @@ def test_scheduler_runs_cells_in_children_and_stops_at_the_budget(tmp_path: Path
     assert runner.finished_cells(results) == {("quick", 0)}
     log = (work / "logs" / "quick-seed0.log").read_text()
     assert "1 row(s)" not in log and "2 row(s) written" in log
+    # stopped at the budget, the slow cell counted the CPU it gave its arm, as a slice does
+    assert "stopped by signal" in (work / "logs" / "slow-seed0.log").read_text()
+    assert float((work / "arms" / "slow" / "seed0.slices").read_text()) >= 0
     # the stopped cell left no rows, and a rerun of the finished one does nothing
     listing = subprocess.run(
         [*command[:2], "pending", "--manifest", "tiny_manifest", "--results", str(results)],

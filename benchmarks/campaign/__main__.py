@@ -19,6 +19,7 @@ import argparse
 import importlib
 import json
 import re
+import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -80,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         by_id = {c.id: c for c in claims}
         if args.claim not in by_id:
             parser.error(f"unknown claim {args.claim!r}")
+        # the scheduler's stop at its budget ends the cell as a spent slice would, so the arm's
+        # record counts the CPU this cell gave it (its run resumes from its last epoch)
+        signal.signal(signal.SIGTERM, runner.stop_as_slice_spent)
         try:
             rows = runner.run_cell(
                 by_id[args.claim], args.seed, manifest.ARMS, args.work, args.results

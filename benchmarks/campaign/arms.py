@@ -92,6 +92,18 @@ class Workspace:
     def _spent(self, key: str, seed: int) -> Path:
         return self._record(key, seed).with_suffix(".slices")
 
+    def minutes_left(self, key: str, seed: int, guess: float) -> float:
+        """CPU-minutes arm ``key`` still needs for ``seed``: none when made; else its mean
+        measured cost over the seeds that made it (``guess`` where none has), less the slices
+        this seed already spent on it."""
+        if self.done(key, seed):
+            return 0.0
+        made = sorted((self.root / "arms" / key).glob("seed*.json"))
+        measured = [json.loads(path.read_text())["cpu_seconds"] / 60 for path in made]
+        cost = sum(measured) / len(measured) if measured else guess
+        spent = self._spent(key, seed)
+        return max(0.0, cost - (float(spent.read_text()) / 60 if spent.is_file() else 0.0))
+
     def result(self, key: str, seed: int) -> dict[str, Any]:
         """The arm's record, made first when missing: ``metrics``, ``epochs``, ``cpu_seconds``."""
         record = self._record(key, seed)

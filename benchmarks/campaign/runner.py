@@ -5,8 +5,9 @@ if no other process wrote that cell first, so rerunning a finished cell does not
 scheduler starts each cell as a child process at the lowest priority (``nice 19``) with one
 thread, lists the pending cells afresh before every start (cells added to the manifest while it
 runs are picked up), never runs two cells that would train the same arm at once, starts no cell
-whose estimate exceeds the time left, and at the budget terminates what still runs: those arms
-resume from their run folders next time.
+whose estimate exceeds the time left, and at the budget terminates what still runs: a stopped
+cell ends as a spent slice does (its arm's record keeps the CPU it had), and those arms resume
+from their run folders next time.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from campaign.arms import Arm, Workspace
+from campaign.arms import Arm, SliceSpent, Workspace
 from campaign.claims import Claim
 
 COLUMNS = (
@@ -103,8 +104,10 @@ def pending(
 ) -> list[Cell]:
     """Cells without rows in ``results``, by priority (a claim's first seed by its lead, where it
     has one), then cheapest first, then seed. With the ``work`` folder, a cell's estimate is
-    the claim's times the share of its arms not yet made there (at least a minute: its rows, or
-    the claim's own estimate where that is less)."""
+    the sum over its arms not yet made there of each one's measured cost at the seeds that made
+    it (an equal share of the claim's estimate for an arm no seed made yet), less what this
+    seed already spent on it, and at least a minute (its rows), or the claim's own estimate
+    where that is less."""
     done = finished_cells(results)
     space = Workspace(work, arms) if work is not None else None
     cells = []
@@ -115,9 +118,10 @@ def pending(
                 continue
             minutes = claim.minutes
             if space is not None:
-                left = sum(not space.done(key, seed) for key in closure)
+                share = claim.minutes / len(closure)
+                left = sum(space.minutes_left(key, seed, share) for key in closure)
                 floor = min(1.0, claim.minutes)  # reading the cached arms, writing the rows
-                minutes = max(floor, round(claim.minutes * left / len(closure), 1))
+                minutes = max(floor, round(left, 1))
             lead = claim.lead is not None and seed == claim.seeds[0]
             priority = claim.lead if lead else claim.priority
             cells.append(Cell(claim.id, seed, minutes, priority, closure))
@@ -294,6 +298,11 @@ def launch(cell: Cell, work: Path, results: Path, manifest: str = MANIFEST) -> s
         env=_env(),
         preexec_fn=_lowest_priority,
     )
+
+
+def stop_as_slice_spent(signum: int, frame: object) -> None:
+    """A cell's SIGTERM handler: raise :class:`SliceSpent` where the cell is."""
+    raise SliceSpent(f"stopped by signal {signum}")
 
 
 def stop(process: subprocess.Popen, grace: float = 20.0) -> None:

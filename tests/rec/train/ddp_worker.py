@@ -45,6 +45,9 @@ def main() -> None:
     if context.is_main:
         (out / "eval.json").write_text(json.dumps(result.metrics))
         save_weights(model, out / "step.safetensors")
+    # as the trainer does: no rank tears its group down while rank 0 still writes (a peer gone
+    # early crashed the teardown once under load)
+    distributed.barrier(context)
     distributed.shutdown(context)
 
 
