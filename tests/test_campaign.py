@@ -133,6 +133,17 @@ def test_pending_cells_by_priority_then_cost_without_finished_ones(tmp_path: Pat
     assert cells[0].arms == ("base", "stage1", "sys")  # the dependency counts as the cell's
 
 
+def test_cells_of_other_seeds_run_beside_each_other_but_not_over_a_shared_arm() -> None:
+    cell = runner.Cell
+    running = [cell("c", 0, 1, 0, ("base", "sys"))]
+    candidates = [
+        cell("c", 1, 1, 0, ("base", "sys")),  # the same arms, another seed: its own folders
+        cell("d", 0, 1, 0, ("base", "other")),  # seed 0's base is being trained
+        cell("e", 0, 1, 0, ("other",)),
+    ]
+    assert [c.name() for c in runner.beside(candidates, running)] == ["c-seed1", "e-seed0"]
+
+
 def test_a_cells_estimate_shrinks_with_the_arms_already_made(tmp_path: Path) -> None:
     """Read against the work folder, a cell whose arms another claim made is estimated at the
     minute its rows take, one with a share of them made at that share of its claim's."""

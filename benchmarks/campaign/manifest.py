@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import functools
 import shutil
 from pathlib import Path
@@ -174,12 +175,17 @@ def simulator_folder(space: Workspace) -> Path:
     from attnsvm.rec.sim.simulator import FitSettings, fit_simulator
 
     folder = space.root / "runs" / SIMULATOR
-    if not (folder / "simulator.json").is_file():
-        source = {"dataset": "ml-100k", "root": str(ROOT.resolve())}
-        partial = folder.with_name(folder.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        fit_simulator(load_dataset("ml-100k", root=ROOT), FitSettings(), source).save(partial)
-        partial.rename(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # two seeds' cells may run side by side: one fits, the other waits for it
+    with folder.with_name(folder.name + ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "simulator.json").is_file():
+            source = {"dataset": "ml-100k", "root": str(ROOT.resolve())}
+            partial = folder.with_name(folder.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            simulator = fit_simulator(load_dataset("ml-100k", root=ROOT), FitSettings(), source)
+            simulator.save(partial)
+            partial.rename(folder)
     return folder
 
 

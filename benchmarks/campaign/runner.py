@@ -4,7 +4,9 @@ A finished cell appends one row per (arm, metric) to the results CSV, under a fi
 if no other process wrote that cell first, so rerunning a finished cell does nothing. The
 scheduler starts each cell as a child process at the lowest priority (``nice 19``) with one
 thread, lists the pending cells afresh before every start (cells added to the manifest while it
-runs are picked up), never runs two cells that would train the same arm at once, starts no cell
+runs are picked up), never runs two cells that would train the same arm for the same seed at
+once (an arm's seeds have folders of their own; what seeds share is made under a lock), starts
+no cell
 whose estimate exceeds the time left, and at the budget terminates what still runs: a stopped
 cell ends as a spent slice does (its arm's record keeps the CPU it had), and those arms resume
 from their run folders next time.
@@ -128,6 +130,13 @@ def pending(
     return sorted(cells, key=lambda c: (c.priority, c.minutes, c.seed, c.claim))
 
 
+def beside(candidates: list[Cell], running: list[Cell]) -> list[Cell]:
+    """The candidates that may start while ``running`` run: none trains an arm, for its seed,
+    that a running cell may be training."""
+    busy = {(arm, cell.seed) for cell in running for arm in cell.arms}
+    return [c for c in candidates if not busy.intersection((arm, c.seed) for arm in c.arms)]
+
+
 def code_version(tree: Path = REPO) -> str:
     """The commit the cell's code comes from, ``+dirty`` when its sources differ from it."""
     try:
@@ -239,14 +248,13 @@ def schedule(
                 log(f"{_clock()} budget spent; stopping {len(running)} running cell(s)")
                 break
             if len(running) < cores:
-                busy = {arm for cell in running.values() for arm in cell.arms}
                 candidates = [
                     cell
                     for cell in list_pending(results, only, manifest, work)
                     if cell.name() not in failed
                     and cell.name() not in {c.name() for c in running.values()}
                 ]
-                startable = [c for c in candidates if not busy.intersection(c.arms)]
+                startable = beside(candidates, list(running.values()))
                 fitting = [c for c in startable if c.minutes * 60 <= left]
                 if fitting:
                     cell = fitting[0]
