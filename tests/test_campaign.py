@@ -178,6 +178,10 @@ def test_a_cells_estimate_is_its_arms_measured_cost_less_what_it_spent(tmp_path:
     assert [c.minutes for c in runner.pending([claim], arms, results, work)] == [55.0]
     (work / "arms" / "sys" / "seed2.slices").write_text("9000.0\n")  # past its mean: none left
     assert [c.minutes for c in runner.pending([claim], arms, results, work)] == [30.0]
+    # a twin claim over the same arms adds a cell but no minute to the total
+    twin = _claim(id="twin", minutes=60, seeds=(2,))
+    assert len(runner.pending([claim, twin], arms, results, work)) == 2
+    assert runner.pending_total([claim, twin], arms, results, work) == 30.0
 
 
 def test_claims_out_of_reach_are_not_scheduled_unless_named() -> None:

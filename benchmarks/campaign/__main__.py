@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for c in cells:
                 print(f"{c.name():40} priority {c.priority}  ≈ {c.minutes:g} CPU-min")
+            total = runner.pending_total(chosen, manifest.ARMS, args.results, args.work)
+            print(f"{len(cells)} cell(s); their arms not yet made ≈ {total:.0f} CPU-min in all")
         return 0
 
     if args.command == "smoke":

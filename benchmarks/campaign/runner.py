@@ -130,6 +130,20 @@ def pending(
     return sorted(cells, key=lambda c: (c.priority, c.minutes, c.seed, c.claim))
 
 
+def pending_total(claims: list[Claim], arms: dict[str, Arm], results: Path, work: Path) -> float:
+    """CPU-minutes the pending cells still need, each (arm, seed) counted once however many
+    cells share it (the per-cell estimates of ``pending`` count a shared arm in each)."""
+    done, space, left = finished_cells(results), Workspace(work, arms), {}
+    for claim in claims:
+        closure = arm_closure([claim.system_arm, claim.baseline_arm], arms)
+        share = claim.minutes / len(closure)
+        for seed in claim.seeds:
+            if (claim.id, seed) not in done:
+                for key in closure:
+                    left.setdefault((key, seed), space.minutes_left(key, seed, share))
+    return sum(left.values())
+
+
 def beside(candidates: list[Cell], running: list[Cell]) -> list[Cell]:
     """The candidates that may start while ``running`` run: none trains an arm, for its seed,
     that a running cell may be training."""
