@@ -418,6 +418,15 @@ def test_staged_arms_resolve_to_their_stated_protocols(tmp_path: Path) -> None:
     )
     assert alone.train.init_from is None and alone.train.epochs == sum(manifest.MR_EPOCHS)
     assert alone.train.warmup_steps == plan["stages"][1]["settings"]["train"]["warmup_steps"] == 500
+    # validation on a sample only where the stage keeps its last epoch (there it changes nothing
+    # trained); a stage that keeps its best epoch is validated on every user
+    mr_pretrain, mr_finetune = (stage["settings"] for stage in plan["stages"])
+    sampled = [pretrain["settings"], finetune["settings"], mr_pretrain, backbone.to_dict()]
+    for settings in sampled:
+        assert settings["eval"]["valid_users"] == manifest.DIAGNOSTIC_VALID_USERS
+        assert settings["train"]["keep"] == "last"
+    assert mr_finetune["train"]["keep"] == "best" and alone.train.keep == "best"
+    assert mr_finetune["eval"].get("valid_users") is None and alone.eval.valid_users is None
 
 
 def test_ml1m_budget_arms_spend_about_the_same_cpu() -> None:

@@ -328,3 +328,21 @@ def test_the_kept_weights_are_the_best_validation_epochs_not_the_last(walks, tmp
     assert all(torch.equal(kept[name], value) for name, value in states[1].items())
     assert not all(torch.equal(kept[name], value) for name, value in states[3].items())
     assert evaluate_run(run_dir, "test").metrics == pytest.approx(metrics["test"], abs=1e-12)
+
+
+def test_keeping_the_last_epoch_the_validation_sample_changes_nothing_trained(walks, tmp_path):
+    """With ``train.keep = last`` validation is a diagnostic: a run validated on a few users
+    trains the same weights as one validated on all (the campaign's staged arms rely on it)."""
+    config = tiny_config(walks, epochs=3, dropout=0.2)
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, keep="last"))
+    sample = dataclasses.replace(config, eval=dataclasses.replace(config.eval, valid_users=5))
+    everyone = train(config, tmp_path / "all", show_progress=False).run_dir
+    few = train(sample, tmp_path / "few", show_progress=False).run_dir
+    assert json.loads((few / "log.jsonl").read_text().splitlines()[0])["valid_users"] == 5
+    kept, other = (
+        read_weights(everyone / "model.safetensors"),
+        read_weights(few / "model.safetensors"),
+    )
+    assert all(torch.equal(kept[name], other[name]) for name in kept)
+    metrics = [json.loads((run / "metrics.json").read_text())["test"] for run in (everyone, few)]
+    assert metrics[0] == metrics[1]
