@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from scipy import stats
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -380,6 +381,7 @@ def test_a_sliced_arm_resumes_and_adds_up_its_cpu(tmp_path: Path) -> None:
 def test_staged_arms_resolve_to_their_stated_protocols(tmp_path: Path) -> None:
     """BiCAT's and MrTransformer's campaign arms: the recipes with their cut epochs, and the
     baselines as the fine-tuning stage from fresh weights, without the staged mechanism."""
+    from attnsvm.rec.config import RunConfig
     from attnsvm.rec.eval.sampled import sampled_label
     from attnsvm.rec.train.recipe import resolve_recipe
     from campaign import manifest
@@ -397,6 +399,17 @@ def test_staged_arms_resolve_to_their_stated_protocols(tmp_path: Path) -> None:
             1000,
         )
     assert finetune["settings"]["train"]["init_from"] == pretrain["folder"]
+    # both generation modes take the one pre-training arm's run as their first stage
+    for mode in ("faithful", "no_leak"):
+        overrides = manifest.bicat_overrides(mode, 2)
+        plan_of = resolve_recipe("bicat", tmp_path / mode, "beauty", str(manifest.ROOT), overrides)
+        shared = manifest.staged_config(
+            "bicat", "pretrain", "beauty", manifest.BICAT_PRETRAIN_CHANGES, 2
+        )
+        assert RunConfig.from_dict(plan_of["stages"][0]["settings"]) == shared
+    assert manifest.ARMS[manifest.BICAT_RECIPES["faithful"].key].needs == (
+        manifest.BICAT_PRETRAIN.key,
+    )
     backbone = manifest.staged_config(
         "bicat", "finetune", "beauty", manifest.BICAT_BACKBONE_CHANGES, 2
     )
@@ -429,6 +442,96 @@ def test_staged_arms_resolve_to_their_stated_protocols(tmp_path: Path) -> None:
     assert mr_finetune["eval"].get("valid_users") is None and alone.eval.valid_users is None
 
 
+TWO_STAGES = {
+    "name": "two",
+    "stage": [
+        {
+            "name": "pretrain",
+            "kind": "train",
+            "settings": {
+                "model": {"name": "sasrec+", "hidden_size": 8, "ffn_size": 8, "num_blocks": 1},
+                "train": {"epochs": 2, "batch_size": 32, "keep": "last"},
+                "eval": {"ks": [10]},
+            },
+        },
+        {
+            "name": "finetune",
+            "kind": "train",
+            "settings": {
+                "model": {"name": "sasrec+", "hidden_size": 8, "ffn_size": 8, "num_blocks": 1},
+                "train": {"epochs": 1, "batch_size": 32},
+                "eval": {"ks": [10]},
+            },
+            "start_from": "pretrain",
+        },
+    ],
+}
+
+
+def test_recipes_sharing_a_stage_take_its_run_and_train_the_rest(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """BiCAT's two generation modes share one pre-training: the stage's arm is trained once,
+    each recipe copies its run in as that finished stage (weights bit for bit) and trains only
+    what follows; a shared run whose settings are not the stage's is refused."""
+    from attnsvm.rec.config import RunConfig
+    from attnsvm.rec.train.checkpoint import read_weights
+    from attnsvm.rec.train.recipe import resolve_recipe
+    from campaign.arms import Workspace, recipe_arm, trained
+    from tests.walks import write_walks
+
+    data, recipe = write_walks(tmp_path / "walks.txt"), tmp_path / "two.json"
+    recipe.write_text(json.dumps(TWO_STAGES))
+
+    def pretrain_config(seed: int, epochs: int = 2) -> RunConfig:
+        plan = resolve_recipe(
+            str(recipe), tmp_path / "plan", str(data), None, [f"train.seed={seed}"]
+        )
+        settings = plan["stages"][0]["settings"]
+        settings["train"]["epochs"] = epochs
+        return RunConfig.from_dict(settings)
+
+    def arms(pretrain_epochs: int) -> dict[str, Arm]:
+        shared = trained("pre", "sasrec+", lambda seed: pretrain_config(seed, pretrain_epochs))
+        made = {"pre": shared}
+        for key in ("mode-a", "mode-b"):
+            overrides = lambda seed: [f"train.seed={seed}"]  # noqa: E731
+            made[key] = recipe_arm(
+                key, "sasrec+", str(recipe), str(data), None, overrides, {"pretrain": "pre"}
+            )
+        return made
+
+    from attnsvm.rec.train import trainer
+
+    trained_paths, train = [], trainer.train
+
+    def spy(config, path, *args, **kwargs):
+        trained_paths.append(Path(path).relative_to(tmp_path).as_posix())
+        return train(config, path, *args, **kwargs)
+
+    monkeypatch.setattr(trainer, "train", spy)
+    space = Workspace(tmp_path / "work", arms(2))
+    for key in ("mode-a", "mode-b"):
+        space.result(key, 1)
+    stages = [f"work/runs/mode-{m}/seed1/recipe/2-finetune" for m in "ab"]
+    assert trained_paths == ["work/runs/pre/seed1/run", *stages]  # the pre-training once
+    pre = read_weights(space.folder("pre", 1) / "run" / "model.safetensors")
+    for key in ("mode-a", "mode-b"):
+        stages = space.folder(key, 1) / "recipe"
+        copied = read_weights(stages / "1-pretrain" / "model.safetensors")
+        assert all(torch.equal(copied[name], pre[name]) for name in pre)
+        finetuned = read_weights(stages / "2-finetune" / "model.safetensors")
+        assert not all(torch.equal(finetuned[name], pre[name]) for name in pre)
+    records = [
+        json.loads((tmp_path / "work" / "arms" / k / "seed1.json").read_text())
+        for k in ("pre", "mode-a")
+    ]
+    assert records[1]["epochs"] == 1  # the recipe's own training: the fine-tuning epoch
+    space = Workspace(tmp_path / "other", arms(3))  # the shared run trained 3 epochs, not 2
+    with pytest.raises(ValueError, match="not the settings"):
+        space.result("mode-a", 0)
+
+
 def test_ml1m_budget_arms_spend_about_the_same_cpu() -> None:
     """The every-prefix models' ML-1M cells: every arm's schedule costs the stated budget, to
     within one of its epochs (SASRec+) or one step an epoch (the every-prefix models)."""
@@ -456,6 +559,7 @@ def test_every_arm_builds_a_valid_run_and_reaches_training(tmp_path: Path, monke
     import json
 
     from attnsvm.rec.config import RunConfig, validate
+    from attnsvm.rec.config_base import ConfigError
     from attnsvm.rec.train import pointwise, recipe, trainer
     from attnsvm.rec.train.checkpoint import RunDirError
     from campaign import manifest
@@ -471,7 +575,7 @@ def test_every_arm_builds_a_valid_run_and_reaches_training(tmp_path: Path, monke
 
     monkeypatch.setattr(trainer, "train", stand_in_train)
     monkeypatch.setattr(pointwise, "train_pointwise", stand_in_train)
-    monkeypatch.setattr(recipe, "run_recipe", stand_in)
+    monkeypatch.setattr(recipe, "resume_recipe", stand_in)
     monkeypatch.setattr(manifest, "simulator_folder", stand_in)
     space = Workspace(tmp_path, manifest.ARMS)
     for arm in manifest.ARMS.values():
@@ -484,7 +588,7 @@ def test_every_arm_builds_a_valid_run_and_reaches_training(tmp_path: Path, monke
             arm.make(0, space)
         except ReachedTraining:
             continue
-        except (FileNotFoundError, RunDirError) as missing:  # reads a stage-1 run not made here
+        except (FileNotFoundError, RunDirError, ConfigError) as missing:  # a stage-1 run not made
             needed = [str(space.folder(need, 0)) for need in arm.needs]
             assert any(folder in str(missing) for folder in needed), (key, missing)
             continue

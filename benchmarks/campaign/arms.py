@@ -15,6 +15,7 @@ every slice add up in the arm's record.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -110,6 +111,8 @@ class Workspace:
         if record.is_file():
             return json.loads(record.read_text())
         arm = self.arms[key]
+        for need in arm.needs:  # made first, so that the CPU below is this arm's own
+            self.result(need, seed)
         spent = self._spent(key, seed)
         earlier = float(spent.read_text()) if spent.is_file() else 0.0
         start = cpu_seconds()
@@ -125,7 +128,7 @@ class Workspace:
             "seed": seed,
             "metrics": {name: float(value) for name, value in outcome.metrics.items()},
             "epochs": int(outcome.epochs),
-            # cached dependencies (a stage-1 run another arm made) are not counted again
+            # its dependencies (a stage-1 run) have records of their own
             "cpu_seconds": round(earlier + cpu_seconds() - start, 1),
         }
         record.parent.mkdir(parents=True, exist_ok=True)
@@ -179,21 +182,45 @@ def read_run(run: Path) -> Outcome:
     return Outcome({k: float(v) for k, v in test.items()}, int(metrics["epochs"]))
 
 
-def recipe_arm(key: str, system: str, recipe: str, dataset: str, root: str, overrides) -> Arm:
+def recipe_arm(
+    key: str,
+    system: str,
+    recipe: str,
+    dataset: str,
+    root: str,
+    overrides,
+    shared: dict[str, str] | None = None,
+) -> Arm:
     """An arm trained by a staged recipe (``rec/train/recipe.py``: BiCAT's pre-training,
     generation and fine-tuning; MrTransformer's pre-training and fine-tuning) on ``dataset``,
     ``overrides(seed)`` its ``--set`` assignments; read from the last stage's test metrics. An
-    interrupted recipe resumes at the stage it stopped in."""
+    interrupted recipe resumes at the stage it stopped in. ``shared`` maps a stage to the arm
+    whose run it is (the same settings, trained once for the recipes that share it): that run
+    is copied in as the finished stage, after checking its config is the stage's."""
+    shared = shared or {}
 
     def make(seed: int, space: Workspace) -> Outcome:
-        from attnsvm.rec.train.recipe import RECIPE_FILE, resume_recipe, run_recipe
+        from attnsvm._atomic import write_json
+        from attnsvm.rec.config import load_config
+        from attnsvm.rec.train.recipe import RECIPE_FILE, resolve_recipe, resume_recipe
 
         out = space.folder(key, seed) / "recipe"
-        if (out / RECIPE_FILE).is_file():
-            result = resume_recipe(out, show_progress=False)
-        else:
+        if not (out / RECIPE_FILE).is_file():
             shutil.rmtree(out, ignore_errors=True)  # stopped before its plan was written
-            result = run_recipe(recipe, out, dataset, root, overrides(seed), show_progress=False)
+            plan = resolve_recipe(recipe, out, dataset, root, overrides(seed))
+            for stage in plan["stages"]:
+                if stage["name"] in shared:
+                    space.result(shared[stage["name"]], seed)
+                    run = space.folder(shared[stage["name"]], seed) / "run"
+                    wanted = RunConfig.from_dict(stage["settings"])
+                    wanted = dataclasses.replace(wanted, loss=wanted.resolved_loss())
+                    if load_config(run / "config.json") != wanted:  # a run's loss is resolved
+                        raise ValueError(f"{run}: not the settings of {key}'s {stage['name']}")
+                    shutil.copytree(run, stage["folder"])
+            out.mkdir(parents=True, exist_ok=True)
+            write_json(out / RECIPE_FILE, plan)  # last: a plan means its copies are whole
+        result = resume_recipe(out, show_progress=False)
         return read_run(result.last_run)
 
-    return Arm(key, system, make)
+    needs = tuple(shared.values())
+    return Arm(key, system, make, needs=needs)
