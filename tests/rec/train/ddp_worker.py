@@ -11,6 +11,7 @@ global batch.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -45,10 +46,15 @@ def main() -> None:
     if context.is_main:
         (out / "eval.json").write_text(json.dumps(result.metrics))
         save_weights(model, out / "step.safetensors")
-    # as the trainer does: no rank tears its group down while rank 0 still writes (a peer gone
-    # early crashed the teardown once under load)
+    # as the trainer does: no rank tears its group down while rank 0 still writes
     distributed.barrier(context)
     distributed.shutdown(context)
+    # under load a gloo thread can abort the interpreter's own teardown after all this ("terminate
+    # called without an active exception", SIGABRT, seen twice in full-suite runs): everything is
+    # written, so the process leaves without it
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
