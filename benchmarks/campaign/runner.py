@@ -110,38 +110,40 @@ def pending(
     it (an equal share of the claim's estimate for an arm no seed made yet), less what this
     seed already spent on it, and at least a minute (its rows), or the claim's own estimate
     where that is less."""
-    done = finished_cells(results)
     space = Workspace(work, arms) if work is not None else None
     cells = []
-    for claim in claims:
-        closure = arm_closure([claim.system_arm, claim.baseline_arm], arms)
-        for seed in claim.seeds:
-            if (claim.id, seed) in done:
-                continue
-            minutes = claim.minutes
-            if space is not None:
-                share = claim.minutes / len(closure)
-                left = sum(space.minutes_left(key, seed, share) for key in closure)
-                floor = min(1.0, claim.minutes)  # reading the cached arms, writing the rows
-                minutes = max(floor, round(left, 1))
-            lead = claim.lead is not None and seed == claim.seeds[0]
-            priority = claim.lead if lead else claim.priority
-            cells.append(Cell(claim.id, seed, minutes, priority, closure))
+    for claim, seed, closure in _unfinished(claims, arms, results):
+        minutes = claim.minutes
+        if space is not None:
+            share = claim.minutes / len(closure)
+            left = sum(space.minutes_left(key, seed, share) for key in closure)
+            floor = min(1.0, claim.minutes)  # reading the cached arms, writing the rows
+            minutes = max(floor, round(left, 1))
+        lead = claim.lead is not None and seed == claim.seeds[0]
+        priority = claim.lead if lead else claim.priority
+        cells.append(Cell(claim.id, seed, minutes, priority, closure))
     return sorted(cells, key=lambda c: (c.priority, c.minutes, c.seed, c.claim))
 
 
 def pending_total(claims: list[Claim], arms: dict[str, Arm], results: Path, work: Path) -> float:
     """CPU-minutes the pending cells still need, each (arm, seed) counted once however many
     cells share it (the per-cell estimates of ``pending`` count a shared arm in each)."""
-    done, space, left = finished_cells(results), Workspace(work, arms), {}
+    space, left = Workspace(work, arms), {}
+    for claim, seed, closure in _unfinished(claims, arms, results):
+        for key in closure:
+            share = claim.minutes / len(closure)
+            left.setdefault((key, seed), space.minutes_left(key, seed, share))
+    return sum(left.values())
+
+
+def _unfinished(claims: list[Claim], arms: dict[str, Arm], results: Path):
+    """``(claim, seed, the arms its cell may train)`` of every cell without rows in ``results``."""
+    done = finished_cells(results)
     for claim in claims:
         closure = arm_closure([claim.system_arm, claim.baseline_arm], arms)
-        share = claim.minutes / len(closure)
         for seed in claim.seeds:
             if (claim.id, seed) not in done:
-                for key in closure:
-                    left.setdefault((key, seed), space.minutes_left(key, seed, share))
-    return sum(left.values())
+                yield claim, seed, closure
 
 
 def beside(candidates: list[Cell], running: list[Cell]) -> list[Cell]:
