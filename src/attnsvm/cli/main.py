@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import os
+import sys
 from pathlib import Path
 
 import click
@@ -114,5 +116,26 @@ def _root() -> None:
     """attnsvm command-line tool."""
 
 
+def main() -> None:
+    """The console entry point (``attnsvm``, ``python -m attnsvm.cli.main``)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        app()
+        return
+    # A process of a torchrun job leaves without the interpreter's teardown once the command is
+    # done: under load a gloo thread can abort that teardown ("terminate called without an active
+    # exception", SIGABRT) after everything was written, and torchrun reports the run failed.
+    try:
+        app()
+        code = 0
+    except SystemExit as done:
+        code = done.code or 0
+        if not isinstance(code, int):
+            print(code, file=sys.stderr)  # as the interpreter prints ``sys.exit(message)``
+            code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    app()
+    main()
