@@ -65,6 +65,13 @@ def test_a_hostile_table_reads_alike_in_every_format_and_merges_no_ids(tmp_path)
     plus = {"user": ["10", "+10"], "item": ["7", "7"], "time": ["1", "2"]}
     for kind in FORMATS:
         assert read(tmp_path, kind, plus).user_ids.tolist() == ["+10", "10"], kind
+    # a leading zero, or -0, is an id of its own too, given back as written
+    zeros = {"user": ["7", "007", "0", "-0"], "item": ["1", "2", "3", "4"], "time": ["1"] * 4}
+    for kind in FORMATS:
+        assert read(tmp_path, kind, zeros).user_ids.tolist() == ["-0", "0", "007", "7"], kind
+    plain = {"user": ["7", "-7", "0", "10"], "item": ["1", "2", "3", "4"], "time": ["1"] * 4}
+    for kind in FORMATS:
+        assert read(tmp_path, kind, plain).user_ids.tolist() == [-7, 0, 7, 10], kind
 
 
 @pytest.mark.parametrize("time", ["1_0", "١٠", "１０", "1e1_0"])

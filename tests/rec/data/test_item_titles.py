@@ -81,11 +81,13 @@ def test_titles_read_alike_from_every_file_format_and_dataframe(tmp_path):
     for source in sources[1:]:
         titles = read_item_titles(source, {"item": "sku", "title": "name", "category": "cat"})
         assert (titles.titles, titles.categories) == (expected.titles, expected.categories)
-    # integer ids are typed as the data's are: 007 and 7 are one item
+    # ids are typed as the data's are: integers read back plainly, a leading zero kept
     numbered = read_item_titles(
-        pd.DataFrame({"id": ["007", "8"], "t": ["a", "b"]}), "item=id,title=t"
+        pd.DataFrame({"id": ["7", "8"], "t": ["a", "b"]}), "item=id,title=t"
     )
     assert numbered.titles == {"7": "a", "8": "b"}
+    zeros = read_item_titles(pd.DataFrame({"id": ["007", "7"], "t": ["a", "b"]}), "item=id,title=t")
+    assert zeros.titles == {"007": "a", "7": "b"}
     # the copy a prepared table keeps reads back the same
     expected.save(tmp_path / TITLES_FILE)
     again = read_item_titles(tmp_path / TITLES_FILE)

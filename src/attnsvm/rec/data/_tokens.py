@@ -5,12 +5,14 @@ Every format reaches these functions: the text readers with their fields, ``fram
 text columns of CSV/TSV files, Parquet files and DataFrames (a Parquet column of integers is
 typed by ``frames`` itself, as the integers it already is). The rule:
 
-- an **integer id** is ASCII digits, optionally after ``-`` (leading zeros allowed: ``007`` is
-  7). ``+10``, ``1_0`` and other scripts' digits (``١٠``, ``１０``) are not integers, although
-  Python's ``int()`` reads each as 10: where ids are numbers (``integers``: MovieLens, per-user,
-  pairs, session files) such a token is refused; where ids are free-form (``tokens_as_ids``:
-  RecBole, tables, DataFrames) it makes the whole column text, so ``+10`` and ``10`` stay two
-  ids and nothing is merged;
+- an **integer id** is ASCII digits, optionally after ``-``. ``+10``, ``1_0`` and other
+  scripts' digits (``١٠``, ``１０``) are not integers, although Python's ``int()`` reads each as
+  10: where ids are numbers (``integers``: MovieLens, per-user, pairs, session files) such a
+  token is refused and leading zeros are allowed (``007`` is 7); where ids are free-form
+  (``tokens_as_ids``: RecBole, tables, DataFrames) a column is integers only when every id is
+  written as its integer is (``7``, ``-7``, ``0``): ``+10``, ``1_0`` or a leading zero (``007``,
+  ``-0``) makes the whole column text, so ``007`` and ``7`` stay two ids, nothing is merged, and
+  every id is given back as it was written;
 - a **number** (a time, a rating) is ASCII: an optional sign, digits, an optional point and
   exponent; ``inf`` and ``nan`` parse and are refused as not finite; ``_`` and other scripts'
   digits are refused;
@@ -55,6 +57,8 @@ def _column(token: str) -> re.Pattern:
 
 
 _IDS, _WHOLES, _NUMBERS = _column(_ID), _column(_WHOLE), _column(_NUMBER)
+# an integer written as ``str(int)`` writes it: no leading zero, no ``-0``
+_CANONICAL_IDS = _column(r"0|-?[1-9][0-9]*")
 _ONE_ID, _ONE_NUMBER = re.compile(_ID), re.compile(_NUMBER)
 
 
@@ -231,14 +235,15 @@ def unix_seconds(numbers: np.ndarray, unit: str) -> Times:
 
 def tokens_as_ids(tokens: Sequence[str], what: str, origin: Origin) -> np.ndarray:
     """Free-form id tokens (RecBole ``:token``, generic tables): int64 when every one is an
-    integer id, the text of each otherwise (stripped).
+    integer written as ``str(int)`` writes it, the text of each otherwise (stripped): ``007``
+    read as 7 would merge with ``7`` and come back as ``7``.
 
     Text ids are stored at the width of the longest, so one huge token would make every id that
     large: ids beyond ``MAX_ID_LENGTH`` characters are refused."""
     longest = max(range(len(tokens)), key=lambda index: len(tokens[index]), default=None)
     if longest is not None and len(tokens[longest]) > MAX_ID_LENGTH:
         raise origin.bad(what, tokens[longest], longest, f"is over {MAX_ID_LENGTH:,} characters")
-    if _all(_IDS, tokens):
+    if _all(_CANONICAL_IDS, tokens):
         try:
             return np.array(tokens, dtype=np.int64)
         except (OverflowError, ValueError):  # beyond int64, or beyond the digits int() takes

@@ -8,9 +8,9 @@ read, and each row's 1-based line (a file) or row (Parquet, a DataFrame). ``inte
 types it: a row missing a mapped value (a null, or text that is blank) is dropped and counted by
 role, the cleaning's steps run (``cleaning``), and then
 
-- ids become int64 where every one is an integer id (``_tokens``: ``+10``, ``1_0`` or ``١٠``
-  makes the column text, so no two ids merge), text otherwise (a float column must hold whole
-  numbers; any other type is read as its text);
+- ids become int64 where every one is an integer written as ``str(int)`` writes it
+  (``_tokens``: ``+10``, ``1_0``, ``١٠`` or ``007`` makes the column text, so no two ids merge),
+  text otherwise (a float column must hold whole numbers; any other type is read as its text);
 - ratings become finite numbers;
 - times become Unix seconds: from numbers counted in the mapping's unit (``time=ts`` seconds,
   ``time_ms=ts`` milliseconds, ``time_us``, ``time_ns``), from ISO-8601 text, or from datetime

@@ -17,9 +17,9 @@
 
 Titles are keyed by the item id as text (the external id), so they pair with a run's
 ``id_maps.json`` whatever internal ids the run gave the items; a table's item column is typed
-as an interaction table's is (``frames``), so ``007`` and ``7`` are the same item where every
-id is an integer. ``ItemTitles`` (in ``item_titles``, which the cache's writer imports without
-these readers) holds them.
+as an interaction table's is (``frames``), so an id reads the same in both (``7`` is 7,
+``007`` stays the text ``007``). ``ItemTitles`` (in ``item_titles``, which the cache's writer
+imports without these readers) holds them.
 """
 
 from __future__ import annotations
