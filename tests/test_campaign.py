@@ -310,8 +310,9 @@ def test_scheduler_runs_cells_in_children_and_stops_at_the_budget(tmp_path: Path
     results, work = tmp_path / "campaign.csv", tmp_path / "work"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(BENCHMARKS)])}
     command = [sys.executable, str(BENCHMARKS / "campaign"), "run", "--cores", "1"]
-    # 90 s: the quick cell's child starts an interpreter that imports torch, which on a loaded
-    # machine (two suites on 2 cores) outlasted a 45 s budget once
+    # each cell is a child interpreter, which imports torch only for an arm that trains (these
+    # do not: it starts in a fraction of a second); 90 s of headroom for a machine running two
+    # suites on 2 cores, where a child that imported torch once outlasted a 45 s budget
     command += ["--budget", "1.5m", "--manifest", "tiny_manifest"]
     command += ["--work", str(work), "--results", str(results)]
     start = time.monotonic()

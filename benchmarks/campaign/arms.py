@@ -23,9 +23,10 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from attnsvm.rec.config import RunConfig
+if TYPE_CHECKING:  # a cell imports torch only when an arm it makes trains (start-up in seconds)
+    from attnsvm.rec.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,7 @@ def recipe_arm(
 
     def make(seed: int, space: Workspace) -> Outcome:
         from attnsvm._atomic import write_json
-        from attnsvm.rec.config import load_config
+        from attnsvm.rec.config import RunConfig, load_config
         from attnsvm.rec.train.recipe import RECIPE_FILE, resolve_recipe, resume_recipe
 
         out = space.folder(key, seed) / "recipe"

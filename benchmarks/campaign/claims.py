@@ -17,8 +17,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import stats
-
 CELL_LIMIT_MINUTES = 90
 MIN_SEEDS = 3
 
@@ -95,6 +93,8 @@ def compare_seeds(
         relative = [(s - b) / abs(b) if b != 0 else math.nan for s, b in pairs]
     mean = sum(relative) / n
     if n >= 2:
+        from scipy import stats  # here: a cell, which imports this module, starts without it
+
         sd = math.sqrt(sum((r - mean) ** 2 for r in relative) / (n - 1))
         half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
         low, high = mean - half, mean + half
