@@ -40,7 +40,7 @@ class _Left(Exception):
     [("2", ["--help"], 0), ("2", ["nosuch"], 2), ("1", ["--help"], None)],
 )
 def test_a_torchrun_process_leaves_without_the_interpreters_teardown(
-    monkeypatch, capsys, world_size, argv, left_with
+    monkeypatch, world_size, argv, left_with
 ):
     def leave(code):
         raise _Left(code)

@@ -23,7 +23,7 @@ import typer
 
 from attnsvm.cli.boundary import ErrorBoundary
 from attnsvm.cli.options import check_ranges
-from attnsvm.process import configure_process
+from attnsvm.process import configure_process, exit_without_teardown
 
 #: command → the module in ``attnsvm.cli`` that defines it, in help order
 COMMANDS: dict[str, str] = {
@@ -121,10 +121,7 @@ def main() -> None:
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         app()
         return
-    # A process of a torchrun job leaves without the interpreter's teardown once the command is
-    # done: under load a gloo thread can abort that teardown ("terminate called without an active
-    # exception", SIGABRT) after everything was written, and torchrun reports the run failed.
-    try:
+    try:  # a process of a torchrun job
         app()
         code = 0
     except SystemExit as done:
@@ -132,9 +129,7 @@ def main() -> None:
         if not isinstance(code, int):
             print(code, file=sys.stderr)  # as the interpreter prints ``sys.exit(message)``
             code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_without_teardown(code)
 
 
 if __name__ == "__main__":

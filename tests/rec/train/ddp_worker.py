@@ -11,7 +11,6 @@ global batch.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 from train_helpers import step_config
 
+from attnsvm.process import exit_without_teardown
 from attnsvm.rec.eval import ranking
 from attnsvm.rec.train import distributed, load_run
 from attnsvm.rec.train.checkpoint import save_weights
@@ -49,12 +49,7 @@ def main() -> None:
     # as the trainer does: no rank tears its group down while rank 0 still writes
     distributed.barrier(context)
     distributed.shutdown(context)
-    # under load a gloo thread can abort the interpreter's own teardown after all this ("terminate
-    # called without an active exception", SIGABRT, seen twice in full-suite runs): everything is
-    # written, so the process leaves without it
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_without_teardown(0)  # as the CLI does under torchrun (a gloo abort, seen twice)
 
 
 if __name__ == "__main__":
