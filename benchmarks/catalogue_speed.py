@@ -105,6 +105,7 @@ def child_train(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(1)
     config = run_config(log_path(args.work), args.arm, args.steps)
+    # built by hand, not by ``trainer.training_loop``: the old tree measured here lacks it
     split = load_split(config.data)
     model = build(config, split.num_items)
     loop = TrainingLoop(config, split, model, distributed.Context())

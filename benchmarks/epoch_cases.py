@@ -242,12 +242,18 @@ def generation(dataset: str, work: Path) -> Path:
 
 
 def generation_seconds(dataset: str, users: int, work: Path) -> float:
-    """Seconds of a whole BiCAT generation from fresh pre-training weights, from ``users``
-    users drawn at random (0: every user), scaled to every user."""
-    config = config_of("bicat-pretrain", dataset, work)
+    """Seconds of a whole BiCAT generation from fresh pre-training weights, in the recipe's
+    settings, from ``users`` users drawn at random (0: every user), scaled to every user."""
+    options = recipe_stages("bicat", dataset, work)["generate"]["settings"]
+    return whole_generation_seconds(config_of("bicat-pretrain", dataset, work), options, users)
+
+
+def whole_generation_seconds(config: RunConfig, options: dict, users: int) -> float:
+    """Seconds of a whole generation (``options``: mode, items, below) from fresh weights of
+    ``config`` (BiCAT's pre-training stage), timed on ``users`` users drawn at random (0: every
+    user) and scaled to every user."""
     split = split_of(config.data)
     model = build(config, split.num_items)
-    options = recipe_stages("bicat", dataset, work)["generate"]["settings"]
     contexts = generation_contexts(split, options["mode"])
     everyone = len(contexts)
     if 0 < users < everyone:
@@ -304,6 +310,7 @@ def duration(seconds: float) -> str:
 
 
 def loop_of(name: str, dataset: str, work: Path) -> TrainingLoop:
+    # built by hand, not by ``trainer.training_loop``: this module runs against older trees too
     config = config_of(name, dataset, work)
     split = split_of(config.data)
     model = build(config, split.num_items, split.num_users)

@@ -10,7 +10,6 @@ main loss, auxiliary terms, backward, optimiser) and by torch operator.
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import statistics
 import time
@@ -22,12 +21,11 @@ import torch
 import sessions
 from attnsvm.rec.config import RunConfig, apply_overrides
 from attnsvm.rec.data.batches import make_batch
-from attnsvm.rec.data.sequences import Sequences
 from attnsvm.rec.train import distributed
-from attnsvm.rec.train.generate import generate_prior_items, generation_contexts, write_generation
+from attnsvm.rec.train.generate import write_generation
 from attnsvm.rec.train.loop import TrainingLoop
-from attnsvm.rec.train.scoring import build, load_split
-from epoch_cases import first_batches
+from attnsvm.rec.train.scoring import build
+from epoch_cases import first_batches, split_of, whole_generation_seconds
 from staged_common import ROOT, dataset
 from staged_cost import stage_configs
 
@@ -41,8 +39,6 @@ STAGES = {
 }
 SESSION_MODELS = {"sasrec+diginetica": "sasrec+", "smm": "smm"}
 GENERATION = {"mode": "no_leak", "items": 20, "below": 20}  # the bicat recipe's
-
-split_of = functools.cache(load_split)
 
 
 def config_of(case: str, work: Path) -> RunConfig:
@@ -71,6 +67,7 @@ def generation(work: Path) -> Path:
 
 
 def loop_of(case: str, work: Path) -> TrainingLoop:
+    # built by hand, not by ``trainer.training_loop``: this module runs against older trees too
     config = config_of(case, work)
     split = split_of(config.data)
     model = build(config, split.num_items, split.num_users)
@@ -80,20 +77,7 @@ def loop_of(case: str, work: Path) -> TrainingLoop:
 def generation_seconds(users: int, work: Path) -> float:
     """Seconds of a whole generation from fresh pre-training weights, from ``users`` users
     (0: every user) drawn at random, scaled to every user."""
-    config = config_of("bicat-pretrain", work)
-    split = split_of(config.data)
-    model = build(config, split.num_items)
-    contexts = generation_contexts(split, GENERATION["mode"])
-    everyone = len(contexts)
-    if users:
-        chosen = np.sort(np.random.default_rng(0).choice(everyone, size=users, replace=False))
-        lengths = contexts.lengths[chosen]
-        items = np.concatenate([contexts.row(int(r)) for r in chosen])
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        contexts = Sequences(offsets, items, contexts.users[chosen])
-    start = time.perf_counter()
-    generate_prior_items(model, contexts, GENERATION["items"], GENERATION["below"])
-    return (time.perf_counter() - start) * everyone / len(contexts)
+    return whole_generation_seconds(config_of("bicat-pretrain", work), GENERATION, users)
 
 
 def measure(cases: list[str], steps: int, users: int, work: str) -> dict:

@@ -34,7 +34,8 @@ import zoo
 from attnsvm.rec.nn import losses
 from attnsvm.rec.train import distributed
 from attnsvm.rec.train.loop import TrainingLoop
-from attnsvm.rec.train.scoring import build, evaluate_model, load_split
+from attnsvm.rec.train.scoring import evaluate_model
+from attnsvm.rec.train.trainer import training_loop
 from epoch_cases import first_batches
 
 #: gSASRec-pytorch's published ML-1M checkpoint (t = 0.75, 256 negatives) was saved at this step
@@ -69,12 +70,10 @@ def loops() -> dict[str, TrainingLoop]:
         "gsasrec": gsasrec,
         GATHERED: gsasrec,
     }
-    built = {}
-    for name, config in configs.items():
-        split = load_split(config.data)
-        model = build(config, split.num_items, split.num_users)
-        built[name] = TrainingLoop(config, split, model, distributed.Context())
-    return built
+    return {
+        name: training_loop(config, context=distributed.Context())
+        for name, config in configs.items()
+    }
 
 
 def validation_seconds(loop: TrainingLoop) -> float:

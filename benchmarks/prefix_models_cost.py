@@ -110,12 +110,9 @@ def step_seconds(config: RunConfig, split, steps: int, profile: bool) -> tuple[f
     """Median wall and CPU seconds of the trainer's step over ``steps`` random batches after
     one warm-up; with ``profile``, the top operators of one more step. On a loaded machine the
     wall time includes waiting for a core; the CPU time does not."""
-    from attnsvm.rec.train import distributed
-    from attnsvm.rec.train.loop import TrainingLoop
-    from attnsvm.rec.train.scoring import build
+    from attnsvm.rec.train import distributed, training_loop
 
-    model = build(config, split.num_items, split.num_users)
-    loop = TrainingLoop(config, split, model, distributed.init_from_env())
+    loop = training_loop(config, split, distributed.init_from_env())
     generator = loop.begin_epoch(1)
     order = torch.randperm(len(loop.examples), generator=generator).numpy()
     size = config.train.batch_size

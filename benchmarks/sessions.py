@@ -81,9 +81,8 @@ def run_config(variant: str, seed: int, args: argparse.Namespace) -> RunConfig:
 def measure_cost(args: argparse.Namespace) -> None:
     """Seconds per training step and per full epoch of each neural variant, and seconds to rank
     the whole test stage, from ``--cost-steps`` timed steps and 2,000 ranked test prefixes."""
-    from attnsvm.rec.train import distributed
-    from attnsvm.rec.train.loop import TrainingLoop
-    from attnsvm.rec.train.scoring import build, evaluate_model, load_split, subtask
+    from attnsvm.rec.train import distributed, training_loop
+    from attnsvm.rec.train.scoring import evaluate_model, subtask
 
     torch.set_num_threads(args.threads)
     split = None
@@ -93,9 +92,8 @@ def measure_cost(args: argparse.Namespace) -> None:
         if lookup(VARIANTS[variant][0]).baseline:
             continue
         config = run_config(variant, 0, args)
-        split = split or load_split(config.data)
-        model = build(config, split.num_items)
-        loop = TrainingLoop(config, split, model, distributed.Context())
+        loop = training_loop(config, split, distributed.Context())
+        split, model = loop.split, loop.model
         generator = loop.begin_epoch(1)
         order = torch.randperm(len(loop.examples), generator=generator).numpy()
         batch = config.train.batch_size

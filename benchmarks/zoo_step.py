@@ -53,7 +53,8 @@ from attnsvm.rec.models import actsr, bsarec, matrrec
 from attnsvm.rec.models.base import SequentialRecommender
 from attnsvm.rec.train import distributed
 from attnsvm.rec.train.loop import TrainingLoop
-from attnsvm.rec.train.scoring import build, load_split
+from attnsvm.rec.train.scoring import load_split
+from attnsvm.rec.train.trainer import training_loop
 
 MODELS = ("sasrec+", "bsarec", "adamct", "matrrec", "actsr")
 ALTERNATIVES = ("matrrec", "convformer", "ssept", "actsr")
@@ -139,9 +140,7 @@ beauty_split = functools.cache(load_split)
 def beauty_loop(name: str) -> TrainingLoop:
     """A training loop of ``name`` in the zoo's Beauty setting, at its first epoch."""
     config = zoo.run_config("beauty", name, "paper", seed=0)
-    split = beauty_split(config.data)
-    model = build(config, split.num_items, split.num_users)
-    return TrainingLoop(config, split, model, distributed.init_from_env())
+    return training_loop(config, beauty_split(config.data), distributed.init_from_env())
 
 
 class PartTimer:

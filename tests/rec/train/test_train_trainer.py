@@ -22,7 +22,7 @@ from attnsvm.rec.train import (
     recommend,
     train,
 )
-from attnsvm.rec.train.checkpoint import RunDirectory, read_weights
+from attnsvm.rec.train.checkpoint import WEIGHTS, RunDirectory, read_weights
 from attnsvm.rec.train.loop import TrainingLoop
 from attnsvm.rec.train.runs import sampled_evaluate_run
 
@@ -346,3 +346,30 @@ def test_keeping_the_last_epoch_the_validation_sample_changes_nothing_trained(wa
     assert all(torch.equal(kept[name], other[name]) for name in kept)
     metrics = [json.loads((run / "metrics.json").read_text())["test"] for run in (everyone, few)]
     assert metrics[0] == metrics[1]
+
+
+def test_a_loop_stepped_by_hand_trains_the_weights_train_keeps(walks, tmp_path):
+    """``training_loop`` is the start of ``train()``: its epochs, run by hand, end on the weights
+    a whole run keeps (``keep = last``: the final epoch's), dropout and shuffling included."""
+    from rich.progress import Progress
+
+    from attnsvm.rec.train import training_loop
+
+    config = tiny_config(walks, epochs=2, dropout=0.2)
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, keep="last"))
+    kept = read_weights(train(config, tmp_path / "run", show_progress=False).run_dir / WEIGHTS)
+    loop = training_loop(config)
+    with Progress(disable=True) as progress:
+        records = [loop.run_epoch(progress) for _ in range(config.train.epochs)]
+    assert [record["epoch"] for record in records] == [1, 2]
+    stepped = loop.model.state_dict()
+    assert all(torch.equal(stepped[name], kept[name]) for name in kept)
+
+
+def test_a_loop_is_refused_for_a_config_train_refuses(walks):
+    from attnsvm.rec.config import ConfigError
+    from attnsvm.rec.train import training_loop
+
+    config = tiny_config(walks)
+    with pytest.raises(ConfigError, match="eval.ks"):
+        training_loop(dataclasses.replace(config, eval=dataclasses.replace(config.eval, ks=(500,))))

@@ -20,6 +20,7 @@ _EXPORTS = {
     "load_run": "runs",
     "recommend": "runs",
     "train": "trainer",
+    "training_loop": "trainer",
 }
 
 __all__ = sorted(_EXPORTS)

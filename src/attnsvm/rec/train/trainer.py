@@ -29,6 +29,7 @@ from attnsvm._atomic import write_json
 from attnsvm.errors import shown
 from attnsvm.process import ThreadChoice, choose_threads, configure_unless_chosen, use_threads
 from attnsvm.rec.config import RunConfig, load_config, validate
+from attnsvm.rec.data.splits import Split
 from attnsvm.rec.eval.sampled import sampled_evaluate
 from attnsvm.rec.models import resolve
 from attnsvm.rec.models.registry import lookup
@@ -60,7 +61,7 @@ from attnsvm.rec.train.scoring import (
 )
 from attnsvm.rec.train.warm_start import init_from
 
-__all__ = ["RunResult", "TrainingError", "default_run_dir", "train"]
+__all__ = ["RunResult", "TrainingError", "default_run_dir", "train", "training_loop"]
 
 
 def train(
@@ -85,6 +86,25 @@ def train(
             return _train(config, run_dir, callbacks, resume, show_progress, context)
         finally:
             distributed.shutdown(context)
+
+
+def training_loop(
+    config: RunConfig, split: Split | None = None, context: distributed.Context | None = None
+) -> TrainingLoop:
+    """A fresh loop of ``config`` before its first epoch, to step a model by hand (a notebook,
+    a benchmark): ``begin_epoch(n)``, then ``train_step(index, generator)`` per batch of
+    ``loop.examples``, or ``run_epoch(progress)``. The split is ``config.data``'s unless given
+    (one split serves many configs of a dataset); the model is built from ``train.seed`` with
+    the split's items and users; ``context`` defaults to the one ``train()`` takes (a GPU when
+    there is one, the torchrun group under torchrun). The config is checked as ``train()``
+    checks it; what ``train()`` adds is the run directory, ``train.init_from``, early stopping
+    and the test."""
+    validate(config)
+    split = load_split(config.data) if split is None else split
+    context = distributed.init_from_env() if context is None else context
+    check_run_fits(config, split, context.device)
+    model = build(config, split.num_items, split.num_users)
+    return TrainingLoop(config, split, model, context)
 
 
 def _interrupted(run_dir, context) -> RunDirectory:
