@@ -159,9 +159,65 @@ def test_a_cells_estimate_shrinks_with_the_arms_already_made(tmp_path: Path) -> 
     # seed 1's arms are estimated at what seed 0's cost (a few CPU-ms: the minute its rows take)
     assert minutes == {"made-seed0": 1.0, "half-seed0": 1.0, "made-seed1": 1.0}
     (work / "arms" / "sys" / "seed0.json").unlink()
-    minutes = {c.name(): c.minutes for c in runner.pending(claims, arms, results, work)}
+    no_rows = tmp_path / "none.csv"  # the work folder alone: no results recorded the arms
+    minutes = {c.name(): c.minutes for c in runner.pending(claims, arms, no_rows, work)}
     assert minutes == {"made-seed0": 20.0, "half-seed0": 30.0, "made-seed1": 20.0}
+    # the results recorded it: made, however the work folder lost it
+    minutes = {c.name(): c.minutes for c in runner.pending(claims, arms, results, work)}
+    assert minutes == {"made-seed0": 1.0, "half-seed0": 1.0, "made-seed1": 1.0}
     assert [c.minutes for c in runner.pending(claims, arms, results)] == [60, 60, 60]
+
+
+def test_a_new_machine_reads_the_arms_the_results_recorded_and_trains_only_what_it_must(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A work folder lost with its machine: an arm a finished cell recorded is compared again
+    from its rows (values, epochs, CPU and the commit it ran), not trained again; an arm whose
+    run another arm starts from is made again, and so is one whose rows lack the metric."""
+    calls: list[str] = []
+    arms, results = _arms(calls), tmp_path / "campaign.csv"
+    monkeypatch.setattr(runner, "code_version", lambda: "old")
+    first = runner.run_cell(_claim(id="first"), 0, arms, tmp_path / "lost", results)
+    assert sorted(calls) == ["base-0", "stage1-0", "sys-0"]
+    monkeypatch.setattr(runner, "code_version", lambda: "new")
+    work = tmp_path / "new-machine"
+    again = runner.run_cell(_claim(id="again"), 0, arms, work, results)
+    assert len(calls) == 3
+    fields = ("arm", "role", "metric", "value", "epochs", "cpu_seconds", "commit")
+    assert [[r[f] for f in fields] for r in again] == [[r[f] for f in fields] for r in first]
+    assert all(r["commit"] == "old" for r in again)
+    # seed 2: stage1 recorded (a claim on it), sys not; sys starts from stage1's run
+    runner.run_cell(
+        _claim(id="on-stage1", system_arm="stage1"), 2, arms, tmp_path / "lost", results
+    )
+    calls.clear()
+    runner.run_cell(_claim(id="first"), 2, arms, work, results)
+    assert calls == ["stage1-2", "sys-2"]
+    # a metric the rows do not keep (NDCG@5 is reported only by a claim on it): trained again
+    calls.clear()
+    runner.run_cell(_claim(id="at-5", metric="NDCG@5"), 0, arms, work, results)
+    assert sorted(calls) == ["base-0", "stage1-0", "sys-0"]
+
+
+def test_estimates_count_recorded_arms_as_made_but_not_the_runs_still_needed(tmp_path: Path):
+    """Against results written on another machine: a recorded arm costs nothing, an unmade one
+    its measured mean, and a recorded arm whose run an unmade one starts from costs its mean."""
+    results = tmp_path / "campaign.csv"
+    with results.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=runner.COLUMNS)
+        writer.writeheader()
+        for arm, seed, seconds in [
+            ("base", 0, 600), ("stage1", 0, 1200), ("sys", 0, 2400), ("base", 2, 600),
+            ("stage1", 2, 1200),
+        ]:  # fmt: skip
+            row = dict.fromkeys(runner.COLUMNS, "")
+            row.update(arm=arm, seed=seed, metric="NDCG@10", value="0.1", epochs=3)
+            writer.writerow({**row, "cpu_seconds": seconds, "system": "tiny", "commit": "c"})
+    claim, work = _claim(id="first", minutes=60, seeds=(2,)), tmp_path / "new-machine"
+    space = runner.Workspace(work, _arms([]), results)
+    left = runner._minutes_left(space, claim, 2, ("base", "stage1", "sys"))
+    assert left == {"base": 0.0, "stage1": 20.0, "sys": 40.0}
+    assert [c.minutes for c in runner.pending([claim], _arms([]), results, work)] == [60.0]
 
 
 def test_a_cells_estimate_is_its_arms_measured_cost_less_what_it_spent(tmp_path: Path) -> None:

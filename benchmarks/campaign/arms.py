@@ -15,6 +15,7 @@ every slice add up in the arm's record.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import os
@@ -75,11 +76,21 @@ def cpu_seconds() -> float:
 
 
 class Workspace:
-    """The campaign's work folder: arm results cached by (key, seed), run folders beside them."""
+    """The campaign's work folder: arm results cached by (key, seed), run folders beside them.
 
-    def __init__(self, root: Path, arms: dict[str, Arm]) -> None:
+    With ``results`` (the campaign's CSV), an arm that a finished cell recorded there counts as
+    made even where this folder lost it (a new machine): its record is read back from those rows
+    (the reported metrics, epochs, CPU seconds and commit) to be compared again, and its cost
+    counts in the estimates; an arm whose run another one starts from (``needs``) is made again,
+    since the rows hold no run. ``commit`` is written into the records made here."""
+
+    def __init__(
+        self, root: Path, arms: dict[str, Arm], results: Path | None = None, commit: str = ""
+    ) -> None:
         self.root = Path(root)
         self.arms = arms
+        self.commit = commit
+        self.recorded = recorded_arms(results) if results is not None else {}
 
     def folder(self, key: str, seed: int) -> Path:
         """Where arm ``key`` keeps its run(s) for ``seed``."""
@@ -88,32 +99,47 @@ class Workspace:
     def _record(self, key: str, seed: int) -> Path:
         return self.root / "arms" / key / f"seed{seed}.json"
 
-    def done(self, key: str, seed: int) -> bool:
-        return self._record(key, seed).is_file()
+    def done(self, key: str, seed: int, *, run_needed: bool = False) -> bool:
+        """Made here, or (unless its run is needed) recorded in the results."""
+        if self._record(key, seed).is_file():
+            return True
+        return not run_needed and (key, seed) in self.recorded
 
     def _spent(self, key: str, seed: int) -> Path:
         return self._record(key, seed).with_suffix(".slices")
 
-    def minutes_left(self, key: str, seed: int, guess: float) -> float:
+    def minutes_left(self, key: str, seed: int, guess: float, *, run_needed: bool = False) -> float:
         """CPU-minutes arm ``key`` still needs for ``seed``: none when made; else its mean
-        measured cost over the seeds that made it (``guess`` where none has), less the slices
-        this seed already spent on it."""
-        if self.done(key, seed):
+        measured cost over the seeds that made it, here or in the results (``guess`` where
+        none has), less the slices this seed already spent on it."""
+        if self.done(key, seed, run_needed=run_needed):
             return 0.0
-        made = sorted((self.root / "arms" / key).glob("seed*.json"))
-        measured = [json.loads(path.read_text())["cpu_seconds"] / 60 for path in made]
-        cost = sum(measured) / len(measured) if measured else guess
+        made = {
+            int(path.stem.removeprefix("seed")): json.loads(path.read_text())["cpu_seconds"]
+            for path in (self.root / "arms" / key).glob("seed*.json")
+        }
+        for (other, made_seed), record in self.recorded.items():
+            if other == key:
+                made.setdefault(made_seed, record["cpu_seconds"])
+        cost = sum(made.values()) / 60 / len(made) if made else guess
         spent = self._spent(key, seed)
         return max(0.0, cost - (float(spent.read_text()) / 60 if spent.is_file() else 0.0))
 
-    def result(self, key: str, seed: int) -> dict[str, Any]:
-        """The arm's record, made first when missing: ``metrics``, ``epochs``, ``cpu_seconds``."""
+    def result(
+        self, key: str, seed: int, metric: str | None = None, *, run_needed: bool = False
+    ) -> dict[str, Any]:
+        """The arm's record, made first when missing: ``metrics``, ``epochs``, ``cpu_seconds``
+        (and ``commit``). One read back from the results serves unless its run is needed or
+        it lacks ``metric`` (the rows keep the reported metrics only)."""
         record = self._record(key, seed)
         if record.is_file():
             return json.loads(record.read_text())
+        restored = None if run_needed else self.recorded.get((key, seed))
+        if restored is not None and (metric is None or metric in restored["metrics"]):
+            return restored
         arm = self.arms[key]
         for need in arm.needs:  # made first, so that the CPU below is this arm's own
-            self.result(need, seed)
+            self.result(need, seed, run_needed=True)
         spent = self._spent(key, seed)
         earlier = float(spent.read_text()) if spent.is_file() else 0.0
         start = cpu_seconds()
@@ -131,12 +157,37 @@ class Workspace:
             "epochs": int(outcome.epochs),
             # its dependencies (a stage-1 run) have records of their own
             "cpu_seconds": round(earlier + cpu_seconds() - start, 1),
+            "commit": self.commit,
         }
         record.parent.mkdir(parents=True, exist_ok=True)
         partial = record.with_suffix(".tmp")
         partial.write_text(json.dumps(data, indent=1) + "\n")
         os.replace(partial, record)
         return data
+
+
+def recorded_arms(results: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """Each (arm, seed)'s record as the results' rows give it back: the reported metrics, the
+    epochs, CPU seconds and commit of its latest run (a run made again on another machine
+    replaces the earlier one's)."""
+    if not results.is_file():
+        return {}
+    records: dict[tuple[str, int], dict[str, Any]] = {}
+    with results.open(newline="") as handle:
+        for row in csv.DictReader(handle):  # appended as cells finish: later rows are newer
+            run = {
+                "key": row["arm"],
+                "system": row["system"],
+                "seed": int(row["seed"]),
+                "epochs": int(row["epochs"]),
+                "cpu_seconds": float(row["cpu_seconds"]),
+                "commit": row["commit"],
+            }
+            record = records.get((run["key"], run["seed"]))
+            if record is None or any(record[name] != value for name, value in run.items()):
+                record = records[(run["key"], run["seed"])] = {**run, "metrics": {}}
+            record["metrics"][row["metric"]] = float(row["value"])
+    return records
 
 
 def fresh(folder: Path) -> bool:

@@ -109,14 +109,14 @@ def pending(
     the sum over its arms not yet made there of each one's measured cost at the seeds that made
     it (an equal share of the claim's estimate for an arm no seed made yet), less what this
     seed already spent on it, and at least a minute (its rows), or the claim's own estimate
-    where that is less."""
-    space = Workspace(work, arms) if work is not None else None
+    where that is less. An arm recorded in ``results`` counts as made (``Workspace``) unless an
+    unmade arm of the cell starts from its run."""
+    space = Workspace(work, arms, results) if work is not None else None
     cells = []
     for claim, seed, closure in _unfinished(claims, arms, results):
         minutes = claim.minutes
         if space is not None:
-            share = claim.minutes / len(closure)
-            left = sum(space.minutes_left(key, seed, share) for key in closure)
+            left = sum(_minutes_left(space, claim, seed, closure).values())
             floor = min(1.0, claim.minutes)  # reading the cached arms, writing the rows
             minutes = max(floor, round(left, 1))
         lead = claim.lead is not None and seed == claim.seeds[0]
@@ -128,12 +128,22 @@ def pending(
 def pending_total(claims: list[Claim], arms: dict[str, Arm], results: Path, work: Path) -> float:
     """CPU-minutes the pending cells still need, each (arm, seed) counted once however many
     cells share it (the per-cell estimates of ``pending`` count a shared arm in each)."""
-    space, left = Workspace(work, arms), {}
+    space, left = Workspace(work, arms, results), {}
     for claim, seed, closure in _unfinished(claims, arms, results):
-        for key in closure:
-            share = claim.minutes / len(closure)
-            left.setdefault((key, seed), space.minutes_left(key, seed, share))
+        for key, minutes in _minutes_left(space, claim, seed, closure).items():
+            left.setdefault((key, seed), minutes)
     return sum(left.values())
+
+
+def _minutes_left(space: Workspace, claim: Claim, seed: int, closure) -> dict[str, float]:
+    """Each arm of the cell: the CPU-minutes it still needs (a share of the claim's estimate
+    where no seed has measured it); the runs that its unmade arms start from are needed."""
+    unmade = [key for key in closure if not space.done(key, seed)]
+    runs_needed = {need for key in unmade for need in space.arms[key].needs}
+    share = claim.minutes / len(closure)
+    return {
+        key: space.minutes_left(key, seed, share, run_needed=key in runs_needed) for key in closure
+    }
 
 
 def _unfinished(claims: list[Claim], arms: dict[str, Arm], results: Path):
@@ -179,12 +189,13 @@ def run_cell(
 ) -> list[dict]:
     """Train both arms of ``claim`` for ``seed`` (cached arms are reused) and append the rows;
     returns the rows written (none if another process finished the cell first)."""
-    space = Workspace(work, arms)
+    commit = code_version()
+    space = Workspace(work, arms, results, commit)
     records = {
-        "baseline": space.result(claim.baseline_arm, seed),
-        "system": space.result(claim.system_arm, seed),
+        "baseline": space.result(claim.baseline_arm, seed, claim.metric),
+        "system": space.result(claim.system_arm, seed, claim.metric),
     }
-    commit, now = code_version(), datetime.now(UTC).isoformat(timespec="seconds")
+    now = datetime.now(UTC).isoformat(timespec="seconds")
     rows = [
         {
             "system": record["system"],
@@ -197,7 +208,7 @@ def run_cell(
             "value": repr(value),
             "epochs": record["epochs"],
             "cpu_seconds": record["cpu_seconds"],
-            "commit": commit,
+            "commit": record.get("commit") or commit,  # the arm's own, where it has one
             "finished_at": now,
         }
         for role, record in records.items()
