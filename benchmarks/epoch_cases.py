@@ -18,8 +18,10 @@ before its loop is built, and where it would take hours the row is n/a instead.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -44,8 +46,8 @@ from attnsvm.rec.train.recipe import resolve_recipe
 from attnsvm.rec.train.scoring import build, load_split
 
 DATASETS = {"beauty": "S3-Beauty", "ml-1m": "ML-1M"}
-#: a partner search estimated longer than this is not run and its row is n/a: the loop would
-#: wait on it before its first step (ML-1M's is days; S3-Beauty's a minute or two)
+#: a loop whose partner search has not finished after this is stopped and its row is n/a: the
+#: loop would wait on it before its first step (the sparse product alone took days on ML-1M)
 PARTNER_SEARCH_LIMIT_S = 900.0
 #: the product terms of the timed sample search: about one block of the library's search
 SAMPLE_TERMS = 20_000_000
@@ -283,9 +285,10 @@ def product_terms(sets) -> float:
 
 def partner_search(config: RunConfig, split: Split) -> PartnerSearch:
     """MrTransformer's partner search (``pairs.nearest_examples``: every training window's
-    nearest windows by their items, once per run, before epoch 1), estimated: the library's own
-    search timed on random windows whose product has about ``SAMPLE_TERMS`` terms, scaled by the
-    whole search's terms (counted exactly)."""
+    nearest windows by their items, once per run, before epoch 1) as a sparse product alone
+    would take it, estimated: the library's search timed on random windows whose product has
+    about ``SAMPLE_TERMS`` terms (so few per row that it forms the product), scaled by the whole
+    product's terms (counted exactly)."""
     model = build(config, split.num_items)
     rows = training_rows(split, config.data)
     examples = make_examples(rows, model.objective)
@@ -341,33 +344,48 @@ def unavailable(name: str, dataset: str) -> str | None:
 
 
 def prepare(name: str, dataset: str, users: int, work: Path) -> tuple[dict, TrainingLoop | None]:
-    """A row's result so far (n/a, a generation's seconds, the partner search's estimate) and
-    its loop where it has steps to time."""
+    """A row's result so far (n/a, a generation's seconds, the seconds a partner search made
+    its loop take to build) and its loop where it has steps to time."""
     row = ROWS[name]
     reason = unavailable(name, dataset)
     if reason is not None:
         return {"na": reason}, None
     if row.kind == "generation":
         return {"seconds": generation_seconds(dataset, users, work)}, None
-    found: dict = {}
-    if row.partner_search:
+    if not row.partner_search:
+        return {}, loop_of(name, dataset, work)
+    start = time.perf_counter()
+    try:
+        with deadline(PARTNER_SEARCH_LIMIT_S):
+            loop = loop_of(name, dataset, work)
+    except TimeoutError:
         config = config_of(name, dataset, work)
         search = partner_search(config, split_of(config.data))
-        found["search_s"] = search.seconds
-        if search.seconds > PARTNER_SEARCH_LIMIT_S:
-            reason = (
-                f"before its first epoch a run searches each of its {search.windows:,} training "
-                f"windows' {search.neighbours} nearest windows (pairs.nearest_examples, once per "
-                f"run): ≈ {duration(search.seconds)} on one thread (estimated: the "
-                f"search timed on {search.sampled:,} random windows, scaled), so it never "
-                "reaches an epoch here"
-            )
-            return {"na": reason}, None
-    start = time.perf_counter()
-    loop = loop_of(name, dataset, work)
-    if row.partner_search:  # what the search took, measured: the estimate is coarse
-        found["build_s"] = time.perf_counter() - start
-    return found, loop
+        reason = (
+            f"before its first epoch a run searches each of its {search.windows:,} training "
+            f"windows' {search.neighbours} nearest windows (pairs.nearest_examples, once per "
+            f"run), which had not finished after {duration(PARTNER_SEARCH_LIMIT_S)} on one "
+            f"thread (the sparse product alone: ≈ {duration(search.seconds)}, timed on "
+            f"{search.sampled:,} random windows and scaled), so it never reaches an epoch here"
+        )
+        return {"na": reason}, None
+    return {"build_s": time.perf_counter() - start}, loop
+
+
+@contextlib.contextmanager
+def deadline(seconds: float):
+    """Raise ``TimeoutError`` in this (main) thread once ``seconds`` have passed."""
+
+    def expire(signum, frame):
+        raise TimeoutError(f"{seconds:.0f} s passed")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def measure(dataset: str, names: list[str], steps: int, users: int, work: str) -> dict:

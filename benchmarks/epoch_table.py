@@ -181,8 +181,7 @@ def table(results: dict, names: list[str], datasets: list[str], before_run: bool
                 once.append(
                     f"- {row.paper}, `{row.label}`, {DATASETS[dataset]}: its loop, which "
                     "searches each training window's nearest windows once per run, took "
-                    f"{duration(now['build_s'])} to build (this tree; estimated beforehand ≈ "
-                    f"{duration(now['search_s'])})"
+                    f"{duration(now['build_s'])} to build (this tree)"
                 )
             if "error" in now:
                 cells = ["—", "—", "—", f"failed: {now['error']}", "—"]

@@ -6,11 +6,13 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsvm.rec.config import DataConfig
 from attnsvm.rec.config_base import ConfigError
-from attnsvm.rec.data.batches import make_examples
-from attnsvm.rec.data.pairs import nearest_examples, window_sets
+from attnsvm.rec.data.batches import Examples, make_examples
+from attnsvm.rec.data.pairs import _Search, nearest_examples, window_sets
 from attnsvm.rec.data.sequences import Sequences
 from attnsvm.rec.data.splits import Split
 from attnsvm.rec.data.transforms import (
@@ -107,3 +109,52 @@ def test_nearest_examples_match_an_exhaustive_search(budget):
     np.testing.assert_array_equal(found, brute_force_neighbours(rows, examples, 4, 5))
     sets = window_sets(rows, examples, 4, 15)
     assert sets.shape == (len(examples), 16) and set(np.unique(sets.data)) == {1}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    longest=st.integers(3, 40),
+    max_len=st.integers(1, 50),
+    k=st.integers(1, 8),
+    repeats=st.floats(0, 1),
+    subset=st.booleans(),
+    budget=st.sampled_from([30, 10**9]),
+)
+def test_nearest_examples_match_an_exhaustive_search_on_long_rows(
+    seed, longest, max_len, k, repeats, subset, budget
+):
+    """Rows long against the window (most queries then search only the rows holding enough of
+    their items) or short (a window that reaches past every row), some repeating items, any
+    subset of the examples in any order."""
+    rng = np.random.default_rng(seed)
+    catalogue = int(rng.integers(5, 40))
+    lists = []
+    for _ in range(int(rng.integers(2, 10))):
+        length = int(rng.integers(2, longest))
+        distinct = length <= catalogue and rng.random() >= repeats
+        lists.append(rng.choice(np.arange(1, catalogue + 1), length, replace=not distinct))
+    rows = Sequences.from_lists([row.tolist() for row in lists])
+    examples = make_examples(rows, "last")
+    if subset:
+        chosen = rng.permutation(len(examples))[: max(1, len(examples) // 2)]
+        examples = Examples(examples.rows[chosen], examples.ends[chosen])
+    found = nearest_examples(rows, examples, max_len, catalogue, k, budget=budget)
+    wanted = brute_force_neighbours(rows, examples, max_len, min(k, len(examples)))
+    np.testing.assert_array_equal(found, wanted)
+
+
+def test_a_long_rows_windows_search_the_rows_holding_their_items():
+    """Where rows are long and repeat nothing, nearly every window is bounded by its own row's
+    neighbours and searched by rows; the search must then still find windows of other rows."""
+    rng = np.random.default_rng(1)
+    base = rng.permutation(np.arange(1, 61))
+    copy = base.copy()
+    copy[[5, 40]] = copy[[40, 5]]  # another user with the same items, two swapped
+    rows = Sequences.from_lists([base.tolist(), copy.tolist(), rng.permutation(60)[:30] + 1])
+    examples = make_examples(rows, "last")
+    search = _Search(rows, examples, 10, 60, 4)
+    assert (search.sizes > search.reach()).mean() > 0.8
+    found = nearest_examples(rows, examples, 10, 60, 4)
+    np.testing.assert_array_equal(found, brute_force_neighbours(rows, examples, 10, 4))
+    assert (examples.rows[found[examples.rows == 0]] == 1).any()  # the other user's windows
