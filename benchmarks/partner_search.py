@@ -9,7 +9,8 @@ Each tree searches in a fresh interpreter with ``attnsvm`` from its own ``src/``
 whole on the datasets of ``--whole-before`` and otherwise estimated the way the epoch table
 estimates it (``epoch_cases.partner_search``: the search timed on random windows, scaled by the
 whole product's terms, which that search's cost follows). Where both trees searched whole,
-their neighbours must be identical.
+their neighbours must be identical; this tree's are also checked, for ``--check`` random
+windows, against an exhaustive search (every window's distance from one product).
 
     .venv/bin/python benchmarks/partner_search.py                     # S3-Beauty and ML-1M
     .venv/bin/python benchmarks/partner_search.py --datasets beauty
@@ -39,7 +40,7 @@ sys.path.insert(0, {benchmarks!r})
 from pathlib import Path
 import epoch_cases
 from attnsvm.rec.data.batches import make_examples
-from attnsvm.rec.data.pairs import nearest_examples
+from attnsvm.rec.data.pairs import nearest_examples, window_sets
 from attnsvm.rec.data.transforms import training_rows
 from attnsvm.rec.train.scoring import build
 work = Path({work!r})
@@ -55,15 +56,28 @@ if {whole!r}:
     found = nearest_examples(rows, examples, window, split.num_items, neighbours)
     out.update(seconds=time.process_time() - start, wall=time.perf_counter() - wall)
     np.save(work / "found.npy", found)
+    sets = window_sets(rows, examples, window, split.num_items)
+    sizes = np.diff(sets.indptr)
+    chosen = np.random.default_rng(0).choice(len(examples), {check!r}, replace=False)
+    shared = np.asarray(sets @ sets[chosen].T.toarray().astype(np.float32)).astype(np.int64)
+    exhaustive = [
+        np.lexsort((np.arange(len(sizes)), sizes[q] + sizes - 2 * shared[:, c]))[:neighbours]
+        for c, q in enumerate(chosen)
+    ]
+    out["checked"] = len(chosen)
+    differ = [not np.array_equal(e, found[q]) for e, q in zip(exhaustive, chosen)]
+    out["mismatched"] = int(sum(differ))
 else:
     out["estimated"] = epoch_cases.partner_search(config, split).seconds
 print(json.dumps(out))
 """
 
 
-def search(src: Path, dataset: str, whole: bool, work: Path) -> dict:
+def search(src: Path, dataset: str, whole: bool, work: Path, check: int = 0) -> dict:
     work.mkdir(parents=True, exist_ok=True)
-    code = SNIPPET.format(benchmarks=str(BENCHMARKS), work=str(work), dataset=dataset, whole=whole)
+    code = SNIPPET.format(
+        benchmarks=str(BENCHMARKS), work=str(work), dataset=dataset, whole=whole, check=check
+    )
     with conditions.OtherWork() as other:
         result = run_snippet(code, src, env={"OMP_NUM_THREADS": "1"})
     tree = "this tree" if src == THIS_TREE else "before"
@@ -82,13 +96,18 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=["beauty", "ml-1m"])
     parser.add_argument("--before", default="05129ac")
     parser.add_argument("--whole-before", nargs="*", default=["beauty"])
+    parser.add_argument("--check", type=int, default=100, help="windows checked exhaustively")
     args = parser.parse_args()
     print(f"load {conditions.load():.2f} at the start; before: {describe(args.before)}")
     scratch = Path(tempfile.mkdtemp(prefix="partner-search-"))
     before_src = checkout(args.before, scratch / "before")
     rows = []
     for dataset in args.datasets:
-        after = search(THIS_TREE, dataset, True, scratch / dataset / "after")
+        after = search(THIS_TREE, dataset, True, scratch / dataset / "after", args.check)
+        print(
+            f"{dataset}: {after['mismatched']} of {after['checked']} windows differ from the "
+            "exhaustive search"
+        )
         whole = dataset in args.whole_before
         before = search(before_src, dataset, whole, scratch / dataset / "before")
         if whole:

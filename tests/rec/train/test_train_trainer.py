@@ -371,5 +371,5 @@ def test_a_loop_is_refused_for_a_config_train_refuses(walks):
     from attnsvm.rec.train import training_loop
 
     config = tiny_config(walks)
-    with pytest.raises(ConfigError, match="eval.ks"):
+    with pytest.raises(ConfigError, match=r"eval\.ks"):
         training_loop(dataclasses.replace(config, eval=dataclasses.replace(config.eval, ks=(500,))))
